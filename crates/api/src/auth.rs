@@ -1,0 +1,32 @@
+//! Bearer-token check for `/v1` routes, when the node has an API token.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::context::ApiContext;
+use crate::problem::Problem;
+
+/// Lets the request through when no token is configured or the right one is sent.
+pub async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
+    let Some(expected) = ctx.api_token.as_deref() else { return next.run(request).await };
+    let sent = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    match sent {
+        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => next.run(request).await,
+        _ => Problem::unauthorized().into_response(),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,76 @@
+//! What the HTTP layer needs from its node, as one shared value. The node
+//! crate builds it; the API never reaches into Raft or the actors directly.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+
+use hookraft_core::clock::Clock;
+use hookraft_core::command::{IngestResult, NewEvent};
+use hookraft_core::ids::NodeId;
+use hookraft_delivery::batcher::{ProposeError, Proposer};
+use hookraft_delivery::context::InFlightRegistry;
+use hookraft_delivery::metrics::DeliveryMetrics;
+use hookraft_raft::StateHandle;
+use rand::rngs::StdRng;
+
+/// A boxed future for [`Ingest::submit`].
+pub type IngestFuture<'a> = Pin<Box<dyn Future<Output = Result<IngestResult, ProposeError>> + Send + 'a>>;
+
+/// Commits one event through the node's ingest batcher and resolves once
+/// it is committed and applied (never before).
+pub trait Ingest: Send + Sync + 'static {
+    fn submit(&self, event: NewEvent) -> IngestFuture<'_>;
+}
+
+/// The node's view of the Raft cluster.
+pub trait ClusterView: Send + Sync + 'static {
+    fn leader_id(&self) -> Option<NodeId>;
+    fn term(&self) -> u64;
+    /// Has a leader and applied state, and can take writes.
+    fn ready(&self) -> bool;
+    /// Times the leader changed since this node started.
+    fn leader_changes(&self) -> u64;
+    /// Whether this node's lease is valid now.
+    fn lease_valid(&self) -> bool;
+}
+
+/// Counters of the API itself.
+#[derive(Debug, Default)]
+pub struct ApiMetrics {
+    pub events_accepted_total: AtomicU64,
+    pub events_rejected_total: AtomicU64,
+    pub events_idempotent_replays_total: AtomicU64,
+    pub ingest_unavailable_total: AtomicU64,
+    pub commit_latency_count: AtomicU64,
+    pub commit_latency_sum_ms: AtomicU64,
+}
+
+/// Shared by every request handler.
+pub struct ApiContext {
+    pub node_id: NodeId,
+    pub state: StateHandle,
+    pub proposer: Arc<dyn Proposer>,
+    pub ingest: Arc<dyn Ingest>,
+    pub cluster: Arc<dyn ClusterView>,
+    pub clock: Arc<dyn Clock>,
+    /// For ids and generated secrets; seeded from the node's `Io`.
+    pub rng: Mutex<StdRng>,
+    pub in_flight: Arc<InFlightRegistry>,
+    pub delivery_metrics: Arc<DeliveryMetrics>,
+    pub metrics: ApiMetrics,
+    /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
+    pub api_token: Option<String>,
+    pub allow_private_targets: bool,
+    /// How long a rotated-out secret keeps signing by default.
+    pub secret_grace_ms: u64,
+}
+
+impl ApiContext {
+    /// Runs `f` with the node's generator.
+    pub fn with_rng<T>(&self, f: impl FnOnce(&mut StdRng) -> T) -> T {
+        let mut guard = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+}

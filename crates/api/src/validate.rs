@@ -1,0 +1,91 @@
+//! Validation of endpoint settings sent by callers; each failure names the
+//! field and the accepted range.
+
+use hookraft_core::model::{
+    EVENT_TYPE_BYTES_MAX, EVENT_TYPES_MAX, MAX_IN_FLIGHT_LIMIT, RATE_LIMIT_PER_S_MAX, TIMEOUT_MS_MAX, TIMEOUT_MS_MIN,
+};
+use hookraft_core::retry::RetryPolicy;
+use serde::{Deserialize, Deserializer};
+
+use crate::problem::Problem;
+
+/// Longest endpoint description.
+pub const DESCRIPTION_CHARS_MAX: usize = 1_024;
+
+/// `retry` as sent: every field optional, defaults fill the rest.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryInput {
+    pub attempts_max: Option<u32>,
+    pub base_ms: Option<u64>,
+    pub cap_ms: Option<u64>,
+    pub max_age_s: Option<u64>,
+}
+
+impl RetryInput {
+    pub fn into_policy(self) -> Result<RetryPolicy, Problem> {
+        let d = RetryPolicy::default();
+        let policy = RetryPolicy {
+            attempts_max: self.attempts_max.unwrap_or(d.attempts_max),
+            base_ms: self.base_ms.unwrap_or(d.base_ms),
+            cap_ms: self.cap_ms.unwrap_or(d.cap_ms.max(self.base_ms.unwrap_or(0))),
+            max_age_s: self.max_age_s.unwrap_or(d.max_age_s),
+        };
+        policy.validate().map_err(Problem::invalid)?;
+        Ok(policy)
+    }
+}
+
+/// Distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
+pub fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+pub fn url(url: &str, allow_private: bool) -> Result<String, Problem> {
+    hookraft_delivery::ssrf::validate_target_url(url, allow_private)
+        .map(|u| u.to_string())
+        .map_err(|e| Problem::invalid(format!("url: {e}")))
+}
+
+pub fn event_types(types: &[String]) -> Result<(), Problem> {
+    if types.len() > EVENT_TYPES_MAX {
+        return Err(Problem::invalid(format!("event_types may list at most {EVENT_TYPES_MAX} types")));
+    }
+    types.iter().try_for_each(|t| event_type(t).map_err(|p| Problem::invalid(format!("event_types: {}", p.detail))))
+}
+
+pub fn event_type(t: &str) -> Result<(), Problem> {
+    if t.is_empty() || t.len() > EVENT_TYPE_BYTES_MAX || t.chars().any(char::is_control) {
+        return Err(Problem::invalid(format!(
+            "type must be 1 to {EVENT_TYPE_BYTES_MAX} bytes without control characters"
+        )));
+    }
+    Ok(())
+}
+
+pub fn max_in_flight(n: u32) -> Result<u32, Problem> {
+    in_range("max_in_flight", n, 1, MAX_IN_FLIGHT_LIMIT)
+}
+
+pub fn rate_limit(n: u32) -> Result<u32, Problem> {
+    in_range("rate_limit_per_s", n, 1, RATE_LIMIT_PER_S_MAX)
+}
+
+pub fn timeout_ms(n: u32) -> Result<u32, Problem> {
+    in_range("timeout_ms", n, TIMEOUT_MS_MIN, TIMEOUT_MS_MAX)
+}
+
+pub fn description(d: &str) -> Result<(), Problem> {
+    if d.chars().count() > DESCRIPTION_CHARS_MAX {
+        return Err(Problem::invalid(format!("description may be at most {DESCRIPTION_CHARS_MAX} characters")));
+    }
+    Ok(())
+}
+
+fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, Problem> {
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Problem::invalid(format!("{field} must be between {min} and {max}, got {n}")))
+    }
+}

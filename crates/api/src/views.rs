@@ -1,0 +1,124 @@
+//! JSON views of the replicated model, as documented in `docs/API.md`. The
+//! model is stored with bincode; these are the shapes callers see.
+
+use hookraft_core::breaker::BreakerStatus;
+use hookraft_core::clock::format_rfc3339_ms;
+use hookraft_core::model::{Delivery, DeliveryState, Endpoint, Event, TimelineEntry};
+use hookraft_core::retry::RetryPolicy;
+use serde_json::{Value, json};
+
+use crate::context::ApiContext;
+
+fn ts(ms: u64) -> Value {
+    Value::String(format_rfc3339_ms(ms))
+}
+
+fn opt_ts(ms: Option<u64>) -> Value {
+    ms.map(ts).unwrap_or(Value::Null)
+}
+
+pub fn retry(policy: &RetryPolicy) -> Value {
+    json!({
+        "attempts_max": policy.attempts_max,
+        "base_ms": policy.base_ms,
+        "cap_ms": policy.cap_ms,
+        "max_age_s": policy.max_age_s,
+    })
+}
+
+pub fn endpoint(e: &Endpoint) -> Value {
+    let state = match e.breaker.status() {
+        BreakerStatus::Closed => "closed",
+        BreakerStatus::Open => "open",
+        BreakerStatus::HalfOpen => "half_open",
+    };
+    json!({
+        "id": e.id,
+        "url": e.url,
+        "secret": e.secret.to_whsec(),
+        "description": e.description,
+        "event_types": e.event_types,
+        "max_in_flight": e.max_in_flight,
+        "rate_limit_per_s": e.rate_limit_per_s,
+        "timeout_ms": e.timeout_ms,
+        "retry": retry(&e.retry),
+        "disabled": e.disabled,
+        "disabled_reason": e.disabled_reason,
+        "breaker": {"state": state, "open_until": opt_ts(e.breaker.open_until_ms())},
+        "created_at": ts(e.created_at_ms),
+        "updated_at": ts(e.updated_at_ms),
+    })
+}
+
+/// The state an operator should see: `attempting` while this node has an
+/// attempt under way.
+pub fn effective_state(ctx: &ApiContext, d: &Delivery) -> DeliveryState {
+    if !d.state.is_terminal() && ctx.in_flight.contains(&d.id) { DeliveryState::Attempting } else { d.state }
+}
+
+pub fn delivery(ctx: &ApiContext, d: &Delivery, with_timeline: bool) -> Value {
+    let mut view = json!({
+        "id": d.id,
+        "event_id": d.event_id,
+        "endpoint_id": d.endpoint_id,
+        "state": effective_state(ctx, d).as_str(),
+        "attempt_count": d.attempt_count,
+        "next_attempt_at": opt_ts(d.next_attempt_at_ms),
+        "created_at": ts(d.created_at_ms),
+        "updated_at": ts(d.updated_at_ms),
+    });
+    if with_timeline {
+        view["timeline"] = Value::Array(d.timeline.iter().map(timeline_entry).collect());
+    }
+    view
+}
+
+pub fn timeline_entry(entry: &TimelineEntry) -> Value {
+    match entry {
+        TimelineEntry::Received { at_ms } => json!({"kind": "received", "at": ts(*at_ms)}),
+        TimelineEntry::Attempt { at_ms, attempt } => json!({
+            "kind": "attempt",
+            "at": ts(*at_ms),
+            "started_at": ts(attempt.started_at_ms),
+            "status_code": attempt.status_code,
+            "error": attempt.error,
+            "latency_ms": attempt.latency_ms,
+            "node_id": attempt.node_id,
+            "fencing_token": attempt.fencing_token,
+            "response_body": attempt.response_excerpt,
+        }),
+        TimelineEntry::RetryScheduled { at_ms, next_attempt_at_ms } => {
+            json!({"kind": "retry_scheduled", "at": ts(*at_ms), "next_attempt_at": ts(*next_attempt_at_ms)})
+        }
+        TimelineEntry::Delivered { at_ms } => json!({"kind": "delivered", "at": ts(*at_ms)}),
+        TimelineEntry::Dead { at_ms, reason } => json!({"kind": "dead", "at": ts(*at_ms), "reason": reason}),
+        TimelineEntry::Replayed { at_ms } => json!({"kind": "replayed", "at": ts(*at_ms)}),
+        TimelineEntry::Truncated { at_ms, dropped } => json!({"kind": "truncated", "at": ts(*at_ms), "dropped": dropped}),
+    }
+}
+
+/// The short delivery list of an ingest answer: creation states, so a
+/// replayed answer equals the first.
+pub fn ingest_answer(event: &Event, deliveries: &[(&Delivery, DeliveryState)]) -> Value {
+    json!({
+        "id": event.id,
+        "type": event.event_type,
+        "deliveries": deliveries.iter().map(|(d, state)| json!({
+            "id": d.id, "endpoint_id": d.endpoint_id, "state": state.as_str(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value {
+    let payload: Value = serde_json::from_str(&event.payload).unwrap_or(Value::Null);
+    json!({
+        "id": event.id,
+        "type": event.event_type,
+        "payload": payload,
+        "received_at": ts(event.received_at_ms),
+        "idempotency_key": event.idempotency_key,
+        "deliveries": deliveries.iter().map(|d| json!({
+            "id": d.id, "endpoint_id": d.endpoint_id, "state": effective_state(ctx, d).as_str(),
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,45 @@
+//! `hookraft`: the command line.
+//!
+//! - `hookraft serve` runs a node (a single-node cluster with no flags:
+//!   API on 127.0.0.1:8080, data in ./hookraft-data).
+//! - `hookraft receiver` runs a small receiver that verifies signatures and
+//!   prints each request, to watch deliveries arrive.
+
+mod receiver;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "hookraft", version, about = "A clustered webhook delivery engine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a hookraft node.
+    Serve(serve::ServeArgs),
+    /// Run a demo receiver that verifies and prints webhooks.
+    Receiver(receiver::ReceiverArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HOOKRAFT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,sled=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Receiver(args) => receiver::run(args).await,
+        }
+    })
+}

@@ -1,0 +1,102 @@
+//! The replicated commands and their responses.
+//!
+//! A command is proposed by one node, committed to the Raft log, and applied
+//! by every node with [`crate::state::ClusterState::apply`]. Every time a
+//! command needs is stamped into it by its proposer. Commands are encoded with
+//! bincode, whose enum encoding is positional: **variants and fields that have
+//! shipped are frozen; add new variants at the end only.**
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::CircuitBreaker;
+use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, Shard};
+use crate::model::{AttemptRecord, Endpoint};
+use crate::retry::{Decision, RetryPolicy};
+use crate::signing::Secret;
+
+/// A replicated state change. Append-only: see the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    RegisterEndpoint { endpoint: Endpoint },
+    UpdateEndpoint { id: EndpointId, patch: EndpointPatch, now_ms: u64 },
+    DeleteEndpoint { id: EndpointId, now_ms: u64 },
+    RotateSecret { id: EndpointId, secret: Secret, grace_until_ms: u64, now_ms: u64 },
+    /// A batch of events; idempotency keys are checked here so two nodes
+    /// racing on one key still produce one event.
+    IngestEvents { now_ms: u64, events: Vec<NewEvent> },
+    /// A batch of attempt outcomes, each under its shard's fencing token.
+    RecordOutcomes { node_id: NodeId, now_ms: u64, outcomes: Vec<Outcome> },
+    Replay { now_ms: u64, target: ReplayTarget },
+    Heartbeat { node_id: NodeId, now_ms: u64, lease_ms: u64 },
+    /// Grants shards; each grant takes the next fencing token.
+    AssignShards { now_ms: u64, grants: Vec<(Shard, NodeId)> },
+    /// Commits nothing but an entry; used to learn that the leader's state is current.
+    Noop,
+}
+
+/// Changes to an endpoint; `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndpointPatch {
+    pub url: Option<String>,
+    pub description: Option<Option<String>>,
+    pub event_types: Option<Option<Vec<String>>>,
+    pub max_in_flight: Option<u32>,
+    pub rate_limit_per_s: Option<Option<u32>>,
+    pub timeout_ms: Option<u32>,
+    pub retry: Option<RetryPolicy>,
+    pub disabled: Option<bool>,
+}
+
+/// An event as proposed by the node that received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub id: EventId,
+    pub event_type: String,
+    /// Validated JSON text.
+    pub payload: String,
+    pub idempotency_key: Option<String>,
+    /// Explicit targets; `None` fans out by event type.
+    pub endpoint_ids: Option<Vec<EndpointId>>,
+}
+
+/// The result of one attempt, reported by the endpoint's owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub delivery_id: DeliveryId,
+    pub shard: Shard,
+    pub token: u64,
+    pub attempt: AttemptRecord,
+    pub decision: Decision,
+    /// The owner's breaker after this outcome, when it changed.
+    pub breaker: Option<CircuitBreaker>,
+}
+
+/// What a replay re-queues.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplayTarget {
+    Delivery(DeliveryId),
+    /// Dead deliveries of an endpoint created in `[since_ms, until_ms)`.
+    EndpointDead { endpoint_id: EndpointId, since_ms: Option<u64>, until_ms: Option<u64> },
+}
+
+/// What applying a command produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Ok,
+    NotFound { what: String },
+    Conflict { detail: String },
+    Ingested { results: Vec<IngestResult> },
+    OutcomesApplied { applied: u32, stale: u32, ignored: u32 },
+    Replayed { deliveries: Vec<(DeliveryId, EndpointId)> },
+    ShardsAssigned { tokens: Vec<(Shard, u64)> },
+}
+
+/// The fate of one event of an `IngestEvents` batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IngestResult {
+    Created { event_id: EventId, deliveries: Vec<(DeliveryId, EndpointId)> },
+    /// The idempotency key was seen before; nothing was created.
+    Duplicate { event_id: EventId },
+    /// An explicit target does not exist; nothing was created.
+    UnknownEndpoint { endpoint_id: EndpointId },
+}

@@ -1,0 +1,29 @@
+//! hookraft-core: the pure domain of hookraft.
+//!
+//! A tour:
+//! - [`clock`]: the clock seam and RFC 3339 formatting.
+//! - [`ids`]: typed, prefixed, time-ordered ids and the endpoint → shard hash.
+//! - [`signing`]: Standard Webhooks signatures (sign, verify, secrets).
+//! - [`retry`]: full-jitter backoff and the decision after each attempt.
+//! - [`breaker`]: the per-endpoint circuit breaker.
+//! - [`ratelimit`]: the per-endpoint token bucket.
+//! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
+//! - [`command`]: the replicated commands and their responses.
+//! - [`state`]: `ClusterState` and its deterministic `apply`.
+//!
+//! This crate reads no clock, draws from no global RNG and does no IO: time
+//! and randomness are arguments. It must not depend on tokio, axum, reqwest,
+//! sled, ractor or openraft (checked by `tests/core_is_pure.rs`).
+
+pub mod breaker;
+pub mod clock;
+pub mod command;
+pub mod ids;
+pub mod model;
+pub mod ratelimit;
+pub mod retry;
+pub mod signing;
+pub mod state;
+
+pub use command::{Command, Response};
+pub use state::ClusterState;

@@ -1,0 +1,238 @@
+//! The replicated domain model: endpoints, events, deliveries and their
+//! timelines, node liveness and the shard map.
+//!
+//! Everything here is stored in the Raft log and snapshots with bincode, so
+//! types stay plain: no `skip_serializing_if`, no untagged or internally
+//! tagged enums, payloads as raw JSON text. The HTTP API renders its own views.
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::CircuitBreaker;
+use crate::ids::{DeliveryId, EndpointId, EventId, NodeId};
+use crate::retry::RetryPolicy;
+use crate::signing::Secret;
+
+/// Default concurrent attempts per endpoint.
+pub const MAX_IN_FLIGHT_DEFAULT: u32 = 10;
+/// Upper bound on `max_in_flight`.
+pub const MAX_IN_FLIGHT_LIMIT: u32 = 1_000;
+/// Default per-attempt timeout.
+pub const TIMEOUT_MS_DEFAULT: u32 = 15_000;
+/// Longest per-attempt timeout an endpoint may ask for.
+pub const TIMEOUT_MS_MAX: u32 = 30_000;
+/// Shortest per-attempt timeout an endpoint may ask for.
+pub const TIMEOUT_MS_MIN: u32 = 100;
+/// Upper bound on `rate_limit_per_s`.
+pub const RATE_LIMIT_PER_S_MAX: u32 = 100_000;
+/// Longest URL accepted.
+pub const URL_BYTES_MAX: usize = 2_048;
+/// Most event types one endpoint may subscribe to.
+pub const EVENT_TYPES_MAX: usize = 256;
+/// Longest event type name.
+pub const EVENT_TYPE_BYTES_MAX: usize = 256;
+/// Bytes of a response body kept on the timeline.
+pub const RESPONSE_EXCERPT_BYTES_MAX: usize = 1_024;
+/// Entries one delivery's timeline keeps; past this the oldest attempts are
+/// summarised away so a replayed-forever delivery cannot grow without bound.
+pub const TIMELINE_ENTRIES_MAX: usize = 512;
+
+/// A customer endpoint and its delivery settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub id: EndpointId,
+    pub url: String,
+    pub description: Option<String>,
+    /// The current signing secret.
+    pub secret: Secret,
+    /// Secrets replaced by a rotation, still signing until their expiry.
+    pub previous_secrets: Vec<RetiredSecret>,
+    /// `None` subscribes to every event type.
+    pub event_types: Option<Vec<String>>,
+    pub max_in_flight: u32,
+    pub rate_limit_per_s: Option<u32>,
+    pub timeout_ms: u32,
+    pub retry: RetryPolicy,
+    /// Set by a 410 Gone answer (or an operator); a disabled endpoint receives
+    /// nothing until it is enabled again.
+    pub disabled: bool,
+    pub disabled_reason: Option<String>,
+    /// Replicated by the owner so the API and the next owner see it.
+    pub breaker: CircuitBreaker,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+}
+
+/// A secret that stopped being current at a rotation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetiredSecret {
+    pub secret: Secret,
+    pub expires_at_ms: u64,
+}
+
+impl Endpoint {
+    /// The secrets that sign a request sent at `now_ms`: current first.
+    pub fn signing_secrets(&self, now_ms: u64) -> Vec<&Secret> {
+        std::iter::once(&self.secret)
+            .chain(self.previous_secrets.iter().filter(|old| old.expires_at_ms > now_ms).map(|old| &old.secret))
+            .collect()
+    }
+
+    /// Whether an event of `event_type` fans out to this endpoint.
+    pub fn subscribes_to(&self, event_type: &str) -> bool {
+        match &self.event_types {
+            None => true,
+            Some(types) => types.iter().any(|t| t == event_type),
+        }
+    }
+}
+
+/// An accepted event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: EventId,
+    pub event_type: String,
+    /// The JSON payload exactly as the producer sent it; it is the request body.
+    pub payload: String,
+    pub received_at_ms: u64,
+    pub idempotency_key: Option<String>,
+    pub deliveries: Vec<DeliveryId>,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum DeliveryState {
+    /// Waiting for its first attempt (or its first after a replay).
+    Pending,
+    /// An attempt is under way (known only on the node that owns the endpoint).
+    Attempting,
+    /// At least one attempt failed; the next is scheduled.
+    Retrying,
+    Delivered,
+    /// Dead-lettered: given up, replayable.
+    Dead,
+}
+
+impl DeliveryState {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, DeliveryState::Delivered | DeliveryState::Dead)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Attempting => "attempting",
+            DeliveryState::Retrying => "retrying",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => DeliveryState::Pending,
+            "attempting" => DeliveryState::Attempting,
+            "retrying" => DeliveryState::Retrying,
+            "delivered" => DeliveryState::Delivered,
+            "dead" => DeliveryState::Dead,
+            _ => return None,
+        })
+    }
+}
+
+/// One attempt, as recorded on the timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The node that sent it.
+    pub node_id: NodeId,
+    /// The fencing token of the shard grant it was sent under.
+    pub fencing_token: u64,
+    pub started_at_ms: u64,
+    pub latency_ms: u64,
+    /// The HTTP status, when the endpoint answered.
+    pub status_code: Option<u16>,
+    /// The kind of failure when it did not (timeout, connect, refused target...).
+    pub error: Option<String>,
+    /// The first KiB of the response body.
+    pub response_excerpt: Option<String>,
+}
+
+/// An entry of a delivery's append-only timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimelineEntry {
+    Received { at_ms: u64 },
+    Attempt { at_ms: u64, attempt: AttemptRecord },
+    RetryScheduled { at_ms: u64, next_attempt_at_ms: u64 },
+    Delivered { at_ms: u64 },
+    Dead { at_ms: u64, reason: String },
+    Replayed { at_ms: u64 },
+    /// Stands for older entries dropped to respect [`TIMELINE_ENTRIES_MAX`].
+    Truncated { at_ms: u64, dropped: u64 },
+}
+
+/// The delivery of one event to one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: DeliveryId,
+    pub event_id: EventId,
+    pub endpoint_id: EndpointId,
+    pub state: DeliveryState,
+    /// The state it was created in (`pending`, or `dead` when explicitly
+    /// targeted at a disabled endpoint); an idempotent replay of the ingest
+    /// answer reports it so the replayed body equals the first.
+    pub initial_state: DeliveryState,
+    /// Attempts over the delivery's whole life.
+    pub attempt_count: u32,
+    /// Attempts since the delivery was created or last replayed; bounded by
+    /// the retry policy's `attempts_max`.
+    pub cycle_attempts: u32,
+    /// When the current cycle began; bounds it by the policy's `max_age_s`.
+    pub cycle_started_at_ms: u64,
+    /// When the next attempt is due (pending and retrying deliveries).
+    pub next_attempt_at_ms: Option<u64>,
+    pub created_at_ms: u64,
+    pub updated_at_ms: u64,
+    pub timeline: Vec<TimelineEntry>,
+}
+
+impl Delivery {
+    /// Appends to the timeline, keeping it within [`TIMELINE_ENTRIES_MAX`] by
+    /// folding the oldest entries after `Received` into one `Truncated` marker.
+    pub fn push_timeline(&mut self, entry: TimelineEntry) {
+        self.timeline.push(entry);
+        if self.timeline.len() > TIMELINE_ENTRIES_MAX {
+            let at_ms = self.updated_at_ms;
+            let (dropped_before, start) = match self.timeline.get(1) {
+                Some(TimelineEntry::Truncated { dropped, .. }) => (*dropped, 2),
+                _ => (0, 1),
+            };
+            let drop = self.timeline.len() - TIMELINE_ENTRIES_MAX + 1;
+            self.timeline.drain(start..start + drop);
+            let marker = TimelineEntry::Truncated { at_ms, dropped: dropped_before + drop as u64 };
+            if start == 2 {
+                self.timeline[1] = marker;
+            } else {
+                self.timeline.insert(1, marker);
+            }
+        }
+    }
+}
+
+/// What the log knows of a node's liveness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub id: NodeId,
+    /// Proposer's wall time of its last committed heartbeat.
+    pub last_heartbeat_ms: u64,
+    /// The node is considered live until then (plus a drift margin).
+    pub live_until_ms: u64,
+    pub draining: bool,
+}
+
+/// Who may send for a shard, under which fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardGrant {
+    pub owner: Option<NodeId>,
+    /// Strictly increasing across all grants of all shards.
+    pub token: u64,
+    pub granted_at_ms: u64,
+}

@@ -1,0 +1,130 @@
+//! `ClusterState`: the in-memory state every replica holds, and
+//! [`ClusterState::apply`], the deterministic function from (state, command)
+//! to (state, response).
+//!
+//! `apply` never reads a clock or an RNG, and only ordered maps are iterated,
+//! so replicas that apply the same log hold the same state. Split by command
+//! family: `endpoints`, `ingest`, `outcomes`, `replay`, `cluster`.
+
+mod cluster;
+mod endpoints;
+mod ingest;
+mod outcomes;
+mod replay;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, Response};
+use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, SHARD_COUNT, Shard};
+use crate::model::{Delivery, Endpoint, Event, NodeRecord, ShardGrant};
+
+/// Replicated state. Fields are public for reading; change it only through `apply`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub endpoints: BTreeMap<EndpointId, Endpoint>,
+    pub events: BTreeMap<EventId, Event>,
+    pub deliveries: BTreeMap<DeliveryId, Delivery>,
+    /// Idempotency key → the event it created.
+    pub idempotency: BTreeMap<String, EventId>,
+    /// Non-terminal deliveries of each endpoint: what its actor must work on.
+    pub active: BTreeMap<EndpointId, BTreeSet<DeliveryId>>,
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Indexed by shard number; `SHARD_COUNT` entries.
+    pub shards: Vec<ShardGrant>,
+    /// The last fencing token granted.
+    pub last_token: u64,
+    /// Outcomes refused because their token was not the shard's current one.
+    pub outcomes_rejected_stale: u64,
+}
+
+impl Default for ClusterState {
+    fn default() -> Self {
+        Self {
+            endpoints: BTreeMap::new(),
+            events: BTreeMap::new(),
+            deliveries: BTreeMap::new(),
+            idempotency: BTreeMap::new(),
+            active: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            shards: vec![ShardGrant { owner: None, token: 0, granted_at_ms: 0 }; SHARD_COUNT as usize],
+            last_token: 0,
+            outcomes_rejected_stale: 0,
+        }
+    }
+}
+
+impl ClusterState {
+    /// Applies one committed command.
+    pub fn apply(&mut self, command: &Command) -> Response {
+        match command {
+            Command::RegisterEndpoint { endpoint } => self.register_endpoint(endpoint),
+            Command::UpdateEndpoint { id, patch, now_ms } => self.update_endpoint(id, patch, *now_ms),
+            Command::DeleteEndpoint { id, now_ms } => self.delete_endpoint(id, *now_ms),
+            Command::RotateSecret { id, secret, grace_until_ms, now_ms } => {
+                self.rotate_secret(id, secret, *grace_until_ms, *now_ms)
+            }
+            Command::IngestEvents { now_ms, events } => self.ingest(events, *now_ms),
+            Command::RecordOutcomes { node_id, now_ms, outcomes } => self.record_outcomes(*node_id, outcomes, *now_ms),
+            Command::Replay { now_ms, target } => self.replay(target, *now_ms),
+            Command::Heartbeat { node_id, now_ms, lease_ms } => self.heartbeat(*node_id, *now_ms, *lease_ms),
+            Command::AssignShards { now_ms, grants } => self.assign_shards(grants, *now_ms),
+            Command::Noop => Response::Ok,
+        }
+    }
+
+    /// The grant of the shard `endpoint` lives in.
+    pub fn grant_for(&self, endpoint: &EndpointId) -> ShardGrant {
+        self.shards[endpoint.shard() as usize]
+    }
+
+    /// Shards currently granted to `node`.
+    pub fn shards_owned_by(&self, node: NodeId) -> Vec<Shard> {
+        (0..SHARD_COUNT).filter(|&s| self.shards[s as usize].owner == Some(node)).collect()
+    }
+
+    /// Marks a delivery active or inactive in the per-endpoint index.
+    fn index_delivery(&mut self, delivery: &DeliveryId, endpoint: &EndpointId, active: bool) {
+        if active {
+            self.active.entry(endpoint.clone()).or_default().insert(delivery.clone());
+        } else if let Some(set) = self.active.get_mut(endpoint) {
+            set.remove(delivery);
+            if set.is_empty() {
+                self.active.remove(endpoint);
+            }
+        }
+    }
+
+    /// Checks the invariants that tie the maps together; used by tests and the
+    /// simulator after every apply.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (id, delivery) in &self.deliveries {
+            let indexed = self.active.get(&delivery.endpoint_id).is_some_and(|s| s.contains(id));
+            if indexed == delivery.state.is_terminal() {
+                return Err(format!("{id}: state {:?} but active index says {indexed}", delivery.state));
+            }
+            if !self.events.contains_key(&delivery.event_id) {
+                return Err(format!("{id}: event {} missing", delivery.event_id));
+            }
+        }
+        for (endpoint, set) in &self.active {
+            for id in set {
+                match self.deliveries.get(id) {
+                    Some(d) if &d.endpoint_id == endpoint => {}
+                    _ => return Err(format!("active index lists {id} under {endpoint} wrongly")),
+                }
+            }
+        }
+        if self.shards.len() != SHARD_COUNT as usize {
+            return Err("shard map has the wrong size".into());
+        }
+        if self.shards.iter().any(|g| g.token > self.last_token) {
+            return Err("a shard token is above the last token granted".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,107 @@
+//! Recording attempt outcomes under fencing tokens.
+
+use super::ClusterState;
+use crate::command::{Outcome, Response};
+use crate::ids::NodeId;
+use crate::model::{DeliveryState, TimelineEntry};
+use crate::retry::Decision;
+
+/// How one outcome of a batch was handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Applied,
+    /// Its token is not the shard's current grant to the reporting node.
+    Stale,
+    /// Its delivery no longer exists or is already delivered.
+    Ignored,
+}
+
+impl ClusterState {
+    pub(super) fn record_outcomes(&mut self, node_id: NodeId, outcomes: &[Outcome], now_ms: u64) -> Response {
+        let (mut applied, mut stale, mut ignored) = (0, 0, 0);
+        for outcome in outcomes {
+            match self.record_outcome(node_id, outcome, now_ms) {
+                Verdict::Applied => applied += 1,
+                Verdict::Stale => stale += 1,
+                Verdict::Ignored => ignored += 1,
+            }
+        }
+        self.outcomes_rejected_stale += u64::from(stale);
+        Response::OutcomesApplied { applied, stale, ignored }
+    }
+
+    fn record_outcome(&mut self, node_id: NodeId, outcome: &Outcome, now_ms: u64) -> Verdict {
+        let Some(delivery) = self.deliveries.get(&outcome.delivery_id) else { return Verdict::Ignored };
+        let endpoint_id = delivery.endpoint_id.clone();
+        // The fence: the outcome must come from the current grant of the
+        // endpoint's shard, to the node that reports it.
+        let grant = self.grant_for(&endpoint_id);
+        if outcome.shard != endpoint_id.shard() || grant.token != outcome.token || grant.owner != Some(node_id) {
+            return Verdict::Stale;
+        }
+        let delivery = self.deliveries.get_mut(&outcome.delivery_id).expect("looked up above");
+        if delivery.state.is_terminal() {
+            // The attempt was in flight when the delivery ended (a duplicate
+            // send that raced a success, or an operator dead-lettered it).
+            // Keep the record; only a success may still change a dead delivery.
+            delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: outcome.attempt.clone() });
+            delivery.attempt_count = delivery.attempt_count.saturating_add(1);
+            if delivery.state == DeliveryState::Dead && outcome.decision == Decision::Delivered {
+                delivery.state = DeliveryState::Delivered;
+                delivery.updated_at_ms = now_ms;
+                delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
+                return Verdict::Applied;
+            }
+            return Verdict::Ignored;
+        }
+        delivery.attempt_count = delivery.attempt_count.saturating_add(1);
+        delivery.cycle_attempts = delivery.cycle_attempts.saturating_add(1);
+        delivery.updated_at_ms = now_ms;
+        delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: outcome.attempt.clone() });
+        let mut still_active = true;
+        let mut gone = false;
+        match &outcome.decision {
+            Decision::Delivered => {
+                delivery.state = DeliveryState::Delivered;
+                delivery.next_attempt_at_ms = None;
+                delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
+                still_active = false;
+            }
+            Decision::Retry { at_ms } => {
+                delivery.state = DeliveryState::Retrying;
+                delivery.next_attempt_at_ms = Some(*at_ms);
+                delivery.push_timeline(TimelineEntry::RetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
+            }
+            Decision::Dead { reason } => {
+                delivery.state = DeliveryState::Dead;
+                delivery.next_attempt_at_ms = None;
+                delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.clone() });
+                still_active = false;
+            }
+            Decision::Gone => {
+                delivery.state = DeliveryState::Dead;
+                delivery.next_attempt_at_ms = None;
+                let reason = "endpoint answered 410 Gone; endpoint disabled".to_string();
+                delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason });
+                still_active = false;
+                gone = true;
+            }
+        }
+        let delivery_id = delivery.id.clone();
+        self.index_delivery(&delivery_id, &endpoint_id, still_active);
+        if let Some(endpoint) = self.endpoints.get_mut(&endpoint_id) {
+            if let Some(breaker) = &outcome.breaker {
+                endpoint.breaker = breaker.clone();
+            }
+            if gone && !endpoint.disabled {
+                endpoint.disabled = true;
+                endpoint.disabled_reason = Some("the endpoint answered 410 Gone".into());
+                endpoint.updated_at_ms = now_ms;
+            }
+        }
+        if gone {
+            self.dead_letter_active(&endpoint_id, "endpoint disabled after 410 Gone", now_ms);
+        }
+        Verdict::Applied
+    }
+}

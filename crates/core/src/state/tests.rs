@@ -1,0 +1,351 @@
+//! Tests of `ClusterState::apply`: fan-out, idempotency, fencing, outcomes,
+//! replay, and determinism across replicas.
+
+use super::*;
+use crate::breaker::CircuitBreaker;
+use crate::command::{EndpointPatch, IngestResult, NewEvent, Outcome, ReplayTarget};
+use crate::model::{AttemptRecord, DeliveryState, TimelineEntry};
+use crate::retry::{Decision, RetryPolicy};
+use crate::signing::Secret;
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+const NODE: NodeId = 1;
+
+fn endpoint(rng: &mut StdRng, event_types: Option<&[&str]>) -> Endpoint {
+    Endpoint {
+        id: EndpointId::generate(1_000, rng),
+        url: "https://example.com/hook".into(),
+        description: None,
+        secret: Secret::from_key(vec![7; 32]).unwrap(),
+        previous_secrets: vec![],
+        event_types: event_types.map(|t| t.iter().map(|s| s.to_string()).collect()),
+        max_in_flight: 10,
+        rate_limit_per_s: None,
+        timeout_ms: 15_000,
+        retry: RetryPolicy::default(),
+        disabled: false,
+        disabled_reason: None,
+        breaker: CircuitBreaker::new(),
+        created_at_ms: 1_000,
+        updated_at_ms: 1_000,
+    }
+}
+
+fn event(rng: &mut StdRng, event_type: &str, key: Option<&str>, targets: Option<Vec<EndpointId>>) -> NewEvent {
+    NewEvent {
+        id: EventId::generate(2_000, rng),
+        event_type: event_type.into(),
+        payload: "{\"n\":1}".into(),
+        idempotency_key: key.map(str::to_string),
+        endpoint_ids: targets,
+    }
+}
+
+/// A state with all shards granted to `NODE` and the given endpoints.
+fn state_with(endpoints: &[Endpoint]) -> ClusterState {
+    let mut state = ClusterState::default();
+    let grants = (0..SHARD_COUNT).map(|s| (s, NODE)).collect();
+    state.apply(&Command::AssignShards { now_ms: 1, grants });
+    for e in endpoints {
+        assert_eq!(state.apply(&Command::RegisterEndpoint { endpoint: e.clone() }), Response::Ok);
+    }
+    state
+}
+
+fn created(response: Response) -> Vec<(DeliveryId, EndpointId)> {
+    match response {
+        Response::Ingested { results } => match results.into_iter().next() {
+            Some(IngestResult::Created { deliveries, .. }) => deliveries,
+            other => panic!("expected Created, got {other:?}"),
+        },
+        other => panic!("expected Ingested, got {other:?}"),
+    }
+}
+
+fn outcome(state: &ClusterState, delivery: &DeliveryId, status: Option<u16>, decision: Decision) -> Outcome {
+    let endpoint = &state.deliveries[delivery].endpoint_id;
+    Outcome {
+        delivery_id: delivery.clone(),
+        shard: endpoint.shard(),
+        token: state.grant_for(endpoint).token,
+        attempt: AttemptRecord {
+            node_id: NODE,
+            fencing_token: state.grant_for(endpoint).token,
+            started_at_ms: 3_000,
+            latency_ms: 5,
+            status_code: status,
+            error: None,
+            response_excerpt: None,
+        },
+        decision,
+        breaker: None,
+    }
+}
+
+#[test]
+fn fan_out_follows_event_types_and_skips_disabled_endpoints() {
+    let mut rng = StdRng::seed_from_u64(1);
+    let a = endpoint(&mut rng, Some(&["a"]));
+    let ab = endpoint(&mut rng, Some(&["a", "b"]));
+    let all = endpoint(&mut rng, None);
+    let mut off = endpoint(&mut rng, None);
+    off.disabled = true;
+    let mut state = state_with(&[a.clone(), ab.clone(), all.clone(), off.clone()]);
+
+    let to = |d: Vec<(DeliveryId, EndpointId)>| d.into_iter().map(|(_, e)| e).collect::<BTreeSet<_>>();
+    let got_a = to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] })));
+    assert_eq!(got_a, BTreeSet::from([a.id.clone(), ab.id.clone(), all.id.clone()]));
+    let got_b = to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "b", None, None)] })));
+    assert_eq!(got_b, BTreeSet::from([ab.id.clone(), all.id.clone()]));
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn explicit_targets_ignore_types_and_dead_letter_disabled_endpoints() {
+    let mut rng = StdRng::seed_from_u64(2);
+    let a = endpoint(&mut rng, Some(&["a"]));
+    let mut off = endpoint(&mut rng, None);
+    off.disabled = true;
+    let mut state = state_with(&[a.clone(), off.clone()]);
+    let new = event(&mut rng, "zzz", None, Some(vec![a.id.clone(), off.id.clone(), a.id.clone()]));
+    let deliveries = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![new] }));
+    assert_eq!(deliveries.len(), 2, "duplicate targets collapse");
+    for (id, endpoint) in &deliveries {
+        let expected = if endpoint == &off.id { DeliveryState::Dead } else { DeliveryState::Pending };
+        assert_eq!(state.deliveries[id].state, expected);
+        assert_eq!(state.deliveries[id].initial_state, expected);
+    }
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn unknown_explicit_target_creates_nothing() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut state = state_with(&[]);
+    let ghost = EndpointId::generate(1, &mut rng);
+    let response = state.apply(&Command::IngestEvents {
+        now_ms: 5,
+        events: vec![event(&mut rng, "a", Some("k"), Some(vec![ghost.clone()]))],
+    });
+    assert_eq!(response, Response::Ingested { results: vec![IngestResult::UnknownEndpoint { endpoint_id: ghost }] });
+    assert!(state.events.is_empty() && state.idempotency.is_empty());
+}
+
+#[test]
+fn repeated_idempotency_key_in_one_batch_or_later_creates_one_event() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(&[a]);
+    let first = event(&mut rng, "a", Some("key-1"), None);
+    let second = event(&mut rng, "a", Some("key-1"), None);
+    let Response::Ingested { results } =
+        state.apply(&Command::IngestEvents { now_ms: 5, events: vec![first.clone(), second] })
+    else {
+        panic!()
+    };
+    assert!(matches!(results[0], IngestResult::Created { .. }));
+    assert_eq!(results[1], IngestResult::Duplicate { event_id: first.id.clone() });
+    assert_eq!(state.events.len(), 1);
+    assert_eq!(state.deliveries.len(), 1);
+}
+
+#[test]
+fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(&[a]);
+    let (id, endpoint_id) = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+        .remove(0);
+    for _ in 0..2 {
+        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
+        state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
+        assert_eq!(state.deliveries[&id].state, DeliveryState::Retrying);
+        assert_eq!(state.deliveries[&id].next_attempt_at_ms, Some(9_000));
+    }
+    let o = outcome(&state, &id, Some(200), Decision::Delivered);
+    state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 7, outcomes: vec![o] });
+    let d = &state.deliveries[&id];
+    assert_eq!(d.state, DeliveryState::Delivered);
+    assert_eq!(d.attempt_count, 3);
+    let kinds: Vec<_> = d.timeline.iter().map(std::mem::discriminant).collect();
+    assert_eq!(kinds.len(), 1 + 2 * 2 + 2);
+    assert!(!state.active.contains_key(&endpoint_id));
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn outcome_with_a_stale_token_or_wrong_node_is_rejected_and_counted() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(&[a.clone()]);
+    let (id, _) = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+        .remove(0);
+    let old = outcome(&state, &id, Some(200), Decision::Delivered);
+    // The shard moves to node 2: the old grant's outcomes are now stale.
+    state.apply(&Command::AssignShards { now_ms: 8, grants: vec![(a.id.shard(), 2)] });
+    let response = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 9, outcomes: vec![old.clone()] });
+    assert_eq!(response, Response::OutcomesApplied { applied: 0, stale: 1, ignored: 0 });
+    // The new token from the wrong node is stale too.
+    let mut wrong_node = outcome(&state, &id, Some(200), Decision::Delivered);
+    wrong_node.token = state.grant_for(&a.id).token;
+    let response = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 9, outcomes: vec![wrong_node] });
+    assert_eq!(response, Response::OutcomesApplied { applied: 0, stale: 1, ignored: 0 });
+    assert_eq!(state.outcomes_rejected_stale, 2);
+    assert_eq!(state.deliveries[&id].state, DeliveryState::Pending);
+    assert_eq!(state.deliveries[&id].timeline.len(), 1, "a stale outcome writes nothing");
+}
+
+#[test]
+fn gone_disables_the_endpoint_and_dead_letters_its_queue() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(&[a.clone()]);
+    let events = (0..3).map(|_| event(&mut rng, "a", None, None)).collect();
+    state.apply(&Command::IngestEvents { now_ms: 5, events });
+    let first = state.active[&a.id].iter().next().unwrap().clone();
+    let o = outcome(&state, &first, Some(410), Decision::Gone);
+    state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
+    assert!(state.endpoints[&a.id].disabled);
+    assert!(state.deliveries.values().all(|d| d.state == DeliveryState::Dead));
+    assert!(!state.active.contains_key(&a.id));
+    // Replay is refused until the endpoint is enabled again.
+    let replay = Command::Replay { now_ms: 7, target: ReplayTarget::Delivery(first.clone()) };
+    assert!(matches!(state.apply(&replay), Response::Conflict { .. }));
+    let enable = EndpointPatch { disabled: Some(false), ..Default::default() };
+    state.apply(&Command::UpdateEndpoint { id: a.id.clone(), patch: enable, now_ms: 8 });
+    assert!(matches!(state.apply(&replay), Response::Replayed { .. }));
+    assert_eq!(state.deliveries[&first].state, DeliveryState::Pending);
+    assert_eq!(state.deliveries[&first].cycle_attempts, 0);
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn bulk_replay_takes_dead_deliveries_in_the_window_only() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(&[a.clone()]);
+    for now_ms in [100, 200, 300] {
+        let id = created(state.apply(&Command::IngestEvents { now_ms, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0)
+            .0;
+        let o = outcome(&state, &id, Some(500), Decision::Dead { reason: "attempts exhausted".into() });
+        state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms, outcomes: vec![o] });
+    }
+    let target = |since_ms, until_ms| ReplayTarget::EndpointDead { endpoint_id: a.id.clone(), since_ms, until_ms };
+    let Response::Replayed { deliveries } = state.apply(&Command::Replay { now_ms: 400, target: target(Some(150), Some(300)) })
+    else {
+        panic!()
+    };
+    assert_eq!(deliveries.len(), 1);
+    let Response::Replayed { deliveries } = state.apply(&Command::Replay { now_ms: 400, target: target(None, None) }) else {
+        panic!()
+    };
+    assert_eq!(deliveries.len(), 2, "the one replayed already is no longer dead");
+    assert_eq!(state.active[&a.id].len(), 3);
+    let replayed = state.deliveries.values().next().unwrap();
+    assert!(matches!(replayed.timeline.last(), Some(TimelineEntry::Replayed { .. })));
+    state.check_invariants().unwrap();
+}
+
+#[test]
+fn timeline_stays_bounded_and_keeps_received_first() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(&[a]);
+    let (id, _) = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+        .remove(0);
+    for i in 0..2_000 {
+        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i });
+        state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: i, outcomes: vec![o] });
+    }
+    let timeline = &state.deliveries[&id].timeline;
+    assert_eq!(timeline.len(), crate::model::TIMELINE_ENTRIES_MAX);
+    assert!(matches!(timeline[0], TimelineEntry::Received { .. }));
+    let TimelineEntry::Truncated { dropped, .. } = timeline[1] else { panic!("expected a truncation marker") };
+    assert_eq!(dropped as usize + timeline.len() - 1, 1 + 2 * 2_000);
+}
+
+#[test]
+fn heartbeat_liveness_never_moves_back() {
+    let mut state = ClusterState::default();
+    state.apply(&Command::Heartbeat { node_id: 3, now_ms: 10_000, lease_ms: 6_000 });
+    state.apply(&Command::Heartbeat { node_id: 3, now_ms: 9_000, lease_ms: 6_000 });
+    assert_eq!(state.nodes[&3].live_until_ms, 16_000);
+    assert_eq!(state.nodes[&3].last_heartbeat_ms, 10_000);
+}
+
+#[test]
+fn every_grant_takes_a_strictly_greater_token() {
+    let mut state = ClusterState::default();
+    let mut last = 0;
+    for round in 0..5u64 {
+        let Response::ShardsAssigned { tokens } =
+            state.apply(&Command::AssignShards { now_ms: round, grants: vec![(1, 1), (2, 2)] })
+        else {
+            panic!()
+        };
+        for (_, token) in tokens {
+            assert!(token > last);
+            last = token;
+        }
+    }
+    assert!(matches!(state.apply(&Command::AssignShards { now_ms: 9, grants: vec![(SHARD_COUNT, 1)] }), Response::Conflict { .. }));
+}
+
+/// A random command drawn against the current state.
+fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64) -> Command {
+    use rand::RngExt;
+    let endpoint_ids: Vec<_> = state.endpoints.keys().cloned().collect();
+    let delivery_ids: Vec<_> = state.deliveries.keys().cloned().collect();
+    match pick % 6 {
+        0 => Command::RegisterEndpoint { endpoint: endpoint(rng, if rng.random_bool(0.5) { Some(&["a"]) } else { None }) },
+        1 | 2 => Command::IngestEvents {
+            now_ms,
+            events: (0..3).map(|i| event(rng, "a", (i == 0).then_some("dup"), None)).collect(),
+        },
+        3 if !delivery_ids.is_empty() => {
+            let id = &delivery_ids[rng.random_range(0..delivery_ids.len())];
+            let decision = match rng.random_range(0..4) {
+                0 => Decision::Delivered,
+                1 => Decision::Retry { at_ms: now_ms + 10 },
+                2 => Decision::Dead { reason: "x".into() },
+                _ => Decision::Gone,
+            };
+            Command::RecordOutcomes { node_id: NODE, now_ms, outcomes: vec![outcome(state, id, Some(500), decision)] }
+        }
+        4 if !endpoint_ids.is_empty() => {
+            let id = endpoint_ids[rng.random_range(0..endpoint_ids.len())].clone();
+            if rng.random_bool(0.5) {
+                let patch = EndpointPatch { disabled: Some(rng.random_bool(0.5)), ..Default::default() };
+                Command::UpdateEndpoint { id, patch, now_ms }
+            } else {
+                Command::Replay { now_ms, target: ReplayTarget::EndpointDead { endpoint_id: id, since_ms: None, until_ms: None } }
+            }
+        }
+        5 if !endpoint_ids.is_empty() => {
+            Command::DeleteEndpoint { id: endpoint_ids[rng.random_range(0..endpoint_ids.len())].clone(), now_ms }
+        }
+        _ => Command::Heartbeat { node_id: NODE, now_ms, lease_ms: 10 },
+    }
+}
+
+proptest! {
+    /// Two replicas applying the same commands hold equal states, and the
+    /// invariants tying the maps together hold after every command.
+    #[test]
+    fn replicas_applying_the_same_log_agree_and_keep_invariants(seed in any::<u64>(), picks in prop::collection::vec(any::<u8>(), 1..60)) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut leader = state_with(&[]);
+        let mut follower = leader.clone();
+        for (i, pick) in picks.into_iter().enumerate() {
+            let command = random_command(&leader, &mut rng, pick, 10 + i as u64);
+            let a = leader.apply(&command);
+            let b = follower.apply(&command);
+            prop_assert_eq!(a, b);
+            prop_assert!(leader.check_invariants().is_ok(), "{:?}", leader.check_invariants());
+        }
+        prop_assert_eq!(&leader, &follower);
+    }
+}

@@ -1,0 +1,169 @@
+//! One attempt, outside the actor: preparing the signed request and turning
+//! what came back into a timeline record. Pure functions of their inputs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookraft_core::ids::{DeliveryId, EventId, NodeId};
+use hookraft_core::model::{AttemptRecord, Endpoint, RESPONSE_EXCERPT_BYTES_MAX};
+use hookraft_core::retry::{AttemptResult, parse_retry_after};
+use hookraft_core::signing::signature_header;
+
+use crate::transport::{SendError, WebhookRequest, WebhookResponse};
+
+/// Everything an attempt needs to know about its delivery.
+#[derive(Debug, Clone)]
+pub struct AttemptPlan {
+    pub delivery_id: DeliveryId,
+    pub event_id: EventId,
+    pub payload: Arc<str>,
+    /// 1-based number of this attempt over the delivery's life.
+    pub attempt_number: u32,
+}
+
+/// Builds the signed request for `plan` at wall time `now_ms`, signed with
+/// every secret valid at that time (current first).
+pub fn build_request(endpoint: &Endpoint, plan: &AttemptPlan, now_ms: u64) -> WebhookRequest {
+    let timestamp_s = now_ms / 1_000;
+    let secrets = endpoint.signing_secrets(now_ms);
+    let signature = signature_header(&secrets, plan.event_id.as_str(), timestamp_s, plan.payload.as_bytes());
+    WebhookRequest {
+        url: endpoint.url.clone(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("webhook-id".into(), plan.event_id.to_string()),
+            ("webhook-timestamp".into(), timestamp_s.to_string()),
+            ("webhook-signature".into(), signature),
+            ("webhook-attempt".into(), plan.attempt_number.to_string()),
+            ("hookraft-delivery-id".into(), plan.delivery_id.to_string()),
+        ],
+        body: plan.payload.clone(),
+        timeout: Duration::from_millis(u64::from(endpoint.timeout_ms)),
+    }
+}
+
+/// What the retry policy needs from a transport result.
+pub fn attempt_result(result: &Result<WebhookResponse, SendError>, now_ms: u64) -> AttemptResult {
+    match result {
+        Ok(response) => AttemptResult::Status {
+            code: response.status,
+            retry_after_ms: response.retry_after.as_deref().and_then(|v| parse_retry_after(v, now_ms)),
+        },
+        Err(_) => AttemptResult::Failed,
+    }
+}
+
+/// The timeline record of an attempt.
+pub fn attempt_record(
+    node_id: NodeId,
+    fencing_token: u64,
+    started_at_ms: u64,
+    latency_ms: u64,
+    result: &Result<WebhookResponse, SendError>,
+) -> AttemptRecord {
+    let (status_code, error, response_excerpt) = match result {
+        Ok(response) => (Some(response.status), None, Some(truncate_utf8(&response.body_excerpt, RESPONSE_EXCERPT_BYTES_MAX))),
+        Err(error) => (None, Some(describe(error)), None),
+    };
+    AttemptRecord { node_id, fencing_token, started_at_ms, latency_ms, status_code, error, response_excerpt }
+}
+
+/// `timeout`, or `connect: <detail>`: the kind first so operators can filter on it.
+fn describe(error: &SendError) -> String {
+    match error {
+        SendError::Timeout => "timeout".into(),
+        other => truncate_utf8(&format!("{}: {}", other.kind(), detail(other)), 256),
+    }
+}
+
+fn detail(error: &SendError) -> &str {
+    match error {
+        SendError::Timeout => "",
+        SendError::Connect(d) | SendError::RefusedTarget(d) | SendError::InvalidUrl(d) | SendError::Other(d) => d,
+    }
+}
+
+fn truncate_utf8(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookraft_core::breaker::CircuitBreaker;
+    use hookraft_core::ids::EndpointId;
+    use hookraft_core::model::RetiredSecret;
+    use hookraft_core::retry::RetryPolicy;
+    use hookraft_core::signing::{Secret, verify};
+    use rand::SeedableRng;
+
+    fn endpoint(now_ms: u64) -> Endpoint {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        Endpoint {
+            id: EndpointId::generate(now_ms, &mut rng),
+            url: "https://example.com/h".into(),
+            description: None,
+            secret: Secret::from_key(vec![1; 32]).unwrap(),
+            previous_secrets: vec![RetiredSecret { secret: Secret::from_key(vec![2; 32]).unwrap(), expires_at_ms: now_ms + 1 }],
+            event_types: None,
+            max_in_flight: 10,
+            rate_limit_per_s: None,
+            timeout_ms: 1_500,
+            retry: RetryPolicy::default(),
+            disabled: false,
+            disabled_reason: None,
+            breaker: CircuitBreaker::new(),
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+        }
+    }
+
+    #[test]
+    fn request_carries_standard_webhook_headers_signed_by_every_valid_secret() {
+        let now_ms = 1_700_000_000_000;
+        let endpoint = endpoint(now_ms);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let event_id = EventId::generate(now_ms, &mut rng);
+        let plan = AttemptPlan {
+            delivery_id: DeliveryId::derive(&event_id, &endpoint.id),
+            event_id: event_id.clone(),
+            payload: Arc::from("{\"a\":1}"),
+            attempt_number: 3,
+        };
+        let request = build_request(&endpoint, &plan, now_ms);
+        let header = |name: &str| request.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap();
+        assert_eq!(header("webhook-id"), event_id.to_string());
+        assert_eq!(header("webhook-attempt"), "3");
+        assert_eq!(request.timeout, Duration::from_millis(1_500));
+        let signature = header("webhook-signature");
+        assert_eq!(signature.split(' ').count(), 2);
+        for secret in [&endpoint.secret, &endpoint.previous_secrets[0].secret] {
+            verify(&[secret], &header("webhook-id"), &header("webhook-timestamp"), &signature, b"{\"a\":1}", now_ms / 1_000)
+                .unwrap();
+        }
+        // After the grace period only the current secret signs.
+        let later = build_request(&endpoint, &plan, now_ms + 1);
+        let later_sig = later.headers.iter().find(|(k, _)| k == "webhook-signature").unwrap();
+        assert_eq!(later_sig.1.split(' ').count(), 1);
+    }
+
+    #[test]
+    fn records_status_or_error_kind_and_cuts_the_excerpt() {
+        let ok = Ok(WebhookResponse { status: 503, retry_after: Some("7".into()), body_excerpt: "é".repeat(600) });
+        let record = attempt_record(1, 9, 10, 20, &ok);
+        assert_eq!(record.status_code, Some(503));
+        assert!(record.response_excerpt.unwrap().len() <= RESPONSE_EXCERPT_BYTES_MAX);
+        assert_eq!(attempt_result(&ok, 0), AttemptResult::Status { code: 503, retry_after_ms: Some(7_000) });
+        let timeout: Result<WebhookResponse, SendError> = Err(SendError::Timeout);
+        let record = attempt_record(1, 9, 10, 20, &timeout);
+        assert_eq!((record.status_code, record.error.as_deref()), (None, Some("timeout")));
+        assert_eq!(attempt_result(&timeout, 0), AttemptResult::Failed);
+    }
+}

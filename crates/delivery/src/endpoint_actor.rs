@@ -1,0 +1,380 @@
+//! One actor per owned endpoint: it owns the endpoint's queue, circuit
+//! breaker, concurrency cap, rate limit and backoff, and is the only sender
+//! to that endpoint on this node.
+//!
+//! Each pass of [`pump`] starts every attempt that is due and allowed, in
+//! this order of checks: the endpoint is enabled, the cap has room, the
+//! earliest delivery is due, this node holds a valid lease for the shard
+//! (checked immediately before every send), the rate limit has a token, and
+//! the breaker admits it. Attempts run as tasks that report back with
+//! [`EndpointMsg::Done`]; their outcomes go to the batcher with the shard's
+//! fencing token. The actor never blocks on the network.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookraft_core::breaker::{Admission, CircuitBreaker, Transition};
+use hookraft_core::command::Outcome;
+use hookraft_core::ids::{DeliveryId, EndpointId};
+use hookraft_core::model::Endpoint;
+use hookraft_core::ratelimit::TokenBucket;
+use hookraft_core::retry::{AttemptResult, Decision, decide};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request};
+use crate::context::DeliveryContext;
+use crate::metrics::DeliveryMetrics;
+use crate::queue::{DeliveryQueue, QueuedDelivery};
+use crate::transport::{SendError, WebhookResponse};
+
+/// How long to wait before checking a lapsed lease again.
+const LEASE_RECHECK_MS: u64 = 250;
+
+/// Messages an endpoint actor handles.
+#[derive(Debug)]
+pub enum EndpointMsg {
+    /// New or replayed deliveries committed for this endpoint.
+    Enqueue(Vec<DeliveryId>),
+    /// The endpoint's settings changed (or it was deleted): re-read them.
+    Refresh,
+    /// A timer fired: start what is due.
+    Tick,
+    /// An attempt finished.
+    Done(Box<AttemptDone>),
+}
+
+/// The report of a finished attempt task.
+#[derive(Debug)]
+pub struct AttemptDone {
+    delivery_id: DeliveryId,
+    result: Result<WebhookResponse, SendError>,
+    latency_ms: u64,
+}
+
+/// The actor; its state is [`EndpointState`].
+pub struct EndpointActor;
+
+/// What the supervisor passes when it starts an endpoint actor.
+pub struct EndpointArgs {
+    pub ctx: DeliveryContext,
+    pub endpoint_id: EndpointId,
+}
+
+struct InFlight {
+    queued: QueuedDelivery,
+    token: u64,
+    started_at_ms: u64,
+    abort: AbortHandle,
+}
+
+pub struct EndpointState {
+    ctx: DeliveryContext,
+    endpoint_id: EndpointId,
+    /// A copy of the replicated settings, refreshed on `Refresh`. `None` once deleted.
+    endpoint: Option<Endpoint>,
+    queue: DeliveryQueue,
+    in_flight: BTreeMap<DeliveryId, InFlight>,
+    breaker: CircuitBreaker,
+    bucket: Option<(u32, TokenBucket)>,
+    rng: StdRng,
+    /// The armed wake-up: when, and the task that will send `Tick`.
+    timer: Option<(u64, JoinHandle<Result<(), ractor::MessagingErr<EndpointMsg>>>)>,
+    /// Queue depth last added to the node-wide gauge.
+    reported_depth: u64,
+}
+
+impl Actor for EndpointActor {
+    type Msg = EndpointMsg;
+    type State = EndpointState;
+    type Arguments = EndpointArgs;
+
+    async fn pre_start(&self, myself: ActorRef<EndpointMsg>, args: EndpointArgs) -> Result<EndpointState, ActorProcessingErr> {
+        let EndpointArgs { ctx, endpoint_id } = args;
+        let seed = ctx.seed ^ u64::from(endpoint_id.shard()).rotate_left(32) ^ fnv(endpoint_id.as_str());
+        let mut state = EndpointState {
+            endpoint: None,
+            queue: DeliveryQueue::default(),
+            in_flight: BTreeMap::new(),
+            breaker: CircuitBreaker::new(),
+            bucket: None,
+            rng: StdRng::seed_from_u64(seed),
+            timer: None,
+            reported_depth: 0,
+            endpoint_id,
+            ctx,
+        };
+        state.refresh_settings();
+        state.breaker = state.endpoint.as_ref().map(|e| e.breaker.clone()).unwrap_or_default();
+        let active = state.ctx.state.read().active.get(&state.endpoint_id).cloned().unwrap_or_default();
+        state.enqueue(active.into_iter());
+        myself.send_message(EndpointMsg::Tick)?;
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<EndpointMsg>,
+        message: EndpointMsg,
+        state: &mut EndpointState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            EndpointMsg::Enqueue(ids) => state.enqueue(ids.into_iter()),
+            EndpointMsg::Refresh => {
+                state.refresh_settings();
+                if state.endpoint.is_none() {
+                    myself.stop(Some("endpoint deleted".into()));
+                    return Ok(());
+                }
+            }
+            EndpointMsg::Tick => state.timer = None,
+            EndpointMsg::Done(done) => state.finish(*done).await,
+        }
+        state.pump(&myself);
+        state.report_depth();
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<EndpointMsg>, state: &mut EndpointState) -> Result<(), ActorProcessingErr> {
+        // Attempts in flight are abandoned: their deliveries stay active in
+        // the replicated state, and the next owner sends them again.
+        for (id, flight) in std::mem::take(&mut state.in_flight) {
+            flight.abort.abort();
+            state.ctx.in_flight.remove(&id);
+        }
+        if let Some((_, timer)) = state.timer.take() {
+            timer.abort();
+        }
+        state.queue.clear();
+        state.report_depth();
+        Ok(())
+    }
+}
+
+impl EndpointState {
+    fn refresh_settings(&mut self) {
+        let endpoint = self.ctx.state.read().endpoints.get(&self.endpoint_id).cloned();
+        let now_ms = self.ctx.clock.wall_ms();
+        self.bucket = match endpoint.as_ref().and_then(|e| e.rate_limit_per_s) {
+            // Keep the bucket (and its tokens) when the rate is unchanged.
+            Some(rate) if self.bucket.as_ref().is_some_and(|(r, _)| *r == rate) => self.bucket.take(),
+            Some(rate) => Some((rate, TokenBucket::new(rate, rate.max(1), now_ms))),
+            None => None,
+        };
+        if endpoint.as_ref().is_none_or(|e| e.disabled) {
+            // The log dead-letters the deliveries of a disabled or deleted endpoint.
+            self.queue.clear();
+        }
+        self.endpoint = endpoint;
+    }
+
+    /// Queues the given deliveries that the replicated state says are active
+    /// and that are not already queued or in flight here.
+    fn enqueue(&mut self, ids: impl Iterator<Item = DeliveryId>) {
+        let guard = self.ctx.state.read();
+        for id in ids {
+            if self.queue.contains(&id) || self.in_flight.contains_key(&id) {
+                continue;
+            }
+            let Some(delivery) = guard.deliveries.get(&id) else { continue };
+            if delivery.state.is_terminal() || delivery.endpoint_id != self.endpoint_id {
+                continue;
+            }
+            self.queue.push(QueuedDelivery {
+                id,
+                due_ms: delivery.next_attempt_at_ms.unwrap_or(0),
+                attempt_count: delivery.attempt_count,
+                cycle_attempts: delivery.cycle_attempts,
+                cycle_started_at_ms: delivery.cycle_started_at_ms,
+            });
+        }
+    }
+
+    /// Starts every attempt that is due and allowed; arms a timer for the next one.
+    fn pump(&mut self, myself: &ActorRef<EndpointMsg>) {
+        let Some(endpoint) = self.endpoint.clone() else { return };
+        if endpoint.disabled {
+            return;
+        }
+        let shard = self.endpoint_id.shard();
+        loop {
+            if self.in_flight.len() >= endpoint.max_in_flight as usize {
+                return; // an attempt's Done will pump again
+            }
+            let Some(due_ms) = self.queue.next_due_ms() else { return };
+            let now_ms = self.ctx.clock.wall_ms();
+            if due_ms > now_ms {
+                return self.arm(myself, due_ms, now_ms);
+            }
+            let Some(token) = self.ctx.ownership.token_for(shard) else {
+                DeliveryMetrics::inc(&self.ctx.metrics.lease_refusals_total);
+                self.abandon_in_flight();
+                return self.arm(myself, now_ms + LEASE_RECHECK_MS, now_ms);
+            };
+            if let Some((_, bucket)) = self.bucket.as_mut()
+                && let Err(wait_ms) = bucket.try_take(now_ms)
+            {
+                DeliveryMetrics::inc(&self.ctx.metrics.rate_limited_total);
+                return self.arm(myself, now_ms + wait_ms, now_ms);
+            }
+            let was = self.breaker.status();
+            match self.breaker.admit(&self.ctx.breaker, now_ms) {
+                Admission::Rejected { retry_at_ms } => {
+                    DeliveryMetrics::inc(&self.ctx.metrics.breaker_rejections_total);
+                    return self.arm(myself, retry_at_ms.max(now_ms + 1), now_ms);
+                }
+                Admission::Allowed | Admission::Probe => {}
+            }
+            if was != self.breaker.status() {
+                self.count_transition(Transition { from: was, to: self.breaker.status() });
+            }
+            let Some(queued) = self.queue.pop_due(now_ms) else { return };
+            self.start_attempt(myself, &endpoint, queued, token, now_ms);
+        }
+    }
+
+    fn start_attempt(
+        &mut self,
+        myself: &ActorRef<EndpointMsg>,
+        endpoint: &Endpoint,
+        queued: QueuedDelivery,
+        token: u64,
+        now_ms: u64,
+    ) {
+        let plan = {
+            let guard = self.ctx.state.read();
+            let Some(delivery) = guard.deliveries.get(&queued.id).filter(|d| !d.state.is_terminal()) else {
+                return; // dead-lettered or deleted meanwhile
+            };
+            let Some(event) = guard.events.get(&delivery.event_id) else { return };
+            AttemptPlan {
+                delivery_id: queued.id.clone(),
+                event_id: event.id.clone(),
+                payload: Arc::from(event.payload.as_str()),
+                attempt_number: queued.attempt_count + 1,
+            }
+        };
+        let request = build_request(endpoint, &plan, now_ms);
+        let transport = self.ctx.transport.clone();
+        let clock = self.ctx.clock.clone();
+        let reply_to = myself.clone();
+        let delivery_id = queued.id.clone();
+        let started_mono_ms = clock.monotonic_ms();
+        let task = tokio::spawn(async move {
+            let result = transport.send(request).await;
+            let latency_ms = clock.monotonic_ms().saturating_sub(started_mono_ms);
+            // The actor may have stopped meanwhile; then the result is moot.
+            let _ = reply_to.send_message(EndpointMsg::Done(Box::new(AttemptDone { delivery_id, result, latency_ms })));
+        });
+        self.ctx.in_flight.insert(&queued.id);
+        DeliveryMetrics::inc(&self.ctx.metrics.attempts_total);
+        self.in_flight.insert(queued.id.clone(), InFlight { queued, token, started_at_ms: now_ms, abort: task.abort_handle() });
+    }
+
+    /// Records a finished attempt: breaker, retry decision, outcome to the log.
+    async fn finish(&mut self, done: AttemptDone) {
+        let Some(flight) = self.in_flight.remove(&done.delivery_id) else { return };
+        self.ctx.in_flight.remove(&done.delivery_id);
+        let Some(endpoint) = self.endpoint.clone() else { return };
+        let now_ms = self.ctx.clock.wall_ms();
+        self.ctx.metrics.observe_latency(done.latency_ms);
+
+        let result = attempt_result(&done.result, now_ms);
+        let success = matches!(result, AttemptResult::Status { code, .. } if (200..300).contains(&code) || code == 410);
+        let transition = if success {
+            self.breaker.on_success(&self.ctx.breaker, now_ms)
+        } else {
+            self.breaker.on_failure(&self.ctx.breaker, now_ms)
+        };
+        if let Some(t) = transition {
+            self.count_transition(t);
+        }
+        let queued = flight.queued;
+        let decision = decide(&endpoint.retry, &result, queued.cycle_attempts + 1, queued.cycle_started_at_ms, now_ms, &mut self.rng);
+        let metrics = &self.ctx.metrics;
+        match &decision {
+            Decision::Delivered => DeliveryMetrics::inc(&metrics.delivered_total),
+            Decision::Retry { .. } => DeliveryMetrics::inc(&metrics.retried_total),
+            Decision::Dead { .. } => DeliveryMetrics::inc(&metrics.dead_total),
+            Decision::Gone => DeliveryMetrics::inc(&metrics.gone_total),
+        }
+        let outcome = Outcome {
+            delivery_id: queued.id.clone(),
+            shard: self.endpoint_id.shard(),
+            token: flight.token,
+            attempt: attempt_record(self.ctx.node_id, flight.token, flight.started_at_ms, done.latency_ms, &done.result),
+            decision: decision.clone(),
+            breaker: transition.map(|_| self.breaker.clone()),
+        };
+        match decision {
+            Decision::Retry { at_ms } => self.queue.push(QueuedDelivery {
+                due_ms: at_ms,
+                attempt_count: queued.attempt_count + 1,
+                cycle_attempts: queued.cycle_attempts + 1,
+                ..queued
+            }),
+            Decision::Gone => {
+                // Stop at once; the log disables the endpoint and dead-letters the rest.
+                if let Some(e) = self.endpoint.as_mut() {
+                    e.disabled = true;
+                }
+                self.queue.clear();
+            }
+            Decision::Delivered | Decision::Dead { .. } => {}
+        }
+        // Bounded: waits when the batcher is behind, which slows this endpoint only.
+        if self.ctx.outcomes.send(outcome).await.is_err() {
+            tracing::warn!(endpoint = %self.endpoint_id, "outcome batcher is gone; outcome dropped (the delivery stays queued in the log)");
+        }
+    }
+
+    /// Aborts attempts in flight: this node's lease lapsed, so it must stop sending.
+    fn abandon_in_flight(&mut self) {
+        for (id, flight) in std::mem::take(&mut self.in_flight) {
+            flight.abort.abort();
+            self.ctx.in_flight.remove(&id);
+            self.queue.push(flight.queued);
+        }
+    }
+
+    fn arm(&mut self, myself: &ActorRef<EndpointMsg>, due_ms: u64, now_ms: u64) {
+        if let Some((armed, handle)) = &self.timer {
+            if *armed <= due_ms && !handle.is_finished() {
+                return;
+            }
+            handle.abort();
+        }
+        let wait = Duration::from_millis(due_ms.saturating_sub(now_ms));
+        self.timer = Some((due_ms, myself.send_after(wait, || EndpointMsg::Tick)));
+    }
+
+    fn count_transition(&self, transition: Transition) {
+        use hookraft_core::breaker::BreakerStatus::*;
+        let m = &self.ctx.metrics;
+        let counter = match transition.to {
+            Open => &m.breaker_opened_total,
+            Closed => &m.breaker_closed_total,
+            HalfOpen => &m.breaker_half_open_total,
+        };
+        DeliveryMetrics::inc(counter);
+        tracing::info!(endpoint = %self.endpoint_id, from = ?transition.from, to = ?transition.to, "breaker transition");
+    }
+
+    fn report_depth(&mut self) {
+        let depth = self.queue.len() as u64;
+        let gauge = &self.ctx.metrics.queue_depth;
+        if depth > self.reported_depth {
+            gauge.fetch_add(depth - self.reported_depth, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            gauge.fetch_sub(self.reported_depth - depth, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.reported_depth = depth;
+    }
+}
+
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}

@@ -1,0 +1,184 @@
+//! The node's delivery supervisor: it starts one [`EndpointActor`] per
+//! endpoint of the shards this node owns, stops them when shards go, routes
+//! wake-ups from the applied log to them, and restarts a crashed actor from
+//! the replicated state.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use hookraft_core::ids::{DeliveryId, EndpointId};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use crate::context::DeliveryContext;
+use crate::endpoint_actor::{EndpointActor, EndpointArgs, EndpointMsg};
+use crate::metrics::DeliveryMetrics;
+
+/// Restarts of one endpoint's actor allowed within [`RESTART_WINDOW_MS`]
+/// before the supervisor waits [`RESTART_BACKOFF`] instead of restarting at once.
+const RESTARTS_MAX: u32 = 5;
+const RESTART_WINDOW_MS: u64 = 60_000;
+const RESTART_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What the supervisor is told.
+#[derive(Debug)]
+pub enum SupervisorMsg {
+    /// Deliveries committed (new or replayed), grouped by endpoint.
+    Wake(Vec<(EndpointId, Vec<DeliveryId>)>),
+    /// An endpoint was registered, changed or deleted.
+    EndpointChanged(EndpointId),
+    /// Shard grants or this node's lease changed: start and stop actors to match.
+    Rebalance,
+}
+
+pub struct DeliverySupervisor;
+
+pub struct SupervisorState {
+    ctx: DeliveryContext,
+    actors: BTreeMap<EndpointId, ActorRef<EndpointMsg>>,
+    by_actor: HashMap<ActorId, EndpointId>,
+    /// Recent restarts per endpoint: (window start, count).
+    restarts: HashMap<EndpointId, (u64, u32)>,
+}
+
+impl Actor for DeliverySupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = DeliveryContext;
+
+    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, ctx: DeliveryContext) -> Result<SupervisorState, ActorProcessingErr> {
+        myself.send_message(SupervisorMsg::Rebalance)?;
+        Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        message: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Wake(batches) => {
+                for (endpoint_id, ids) in batches {
+                    if let Some(actor) = state.actors.get(&endpoint_id) {
+                        // A stopped actor's mailbox refuses; its successor reloads from the log.
+                        let _ = actor.send_message(EndpointMsg::Enqueue(ids));
+                    } else if state.owns(&endpoint_id) {
+                        state.spawn(&myself, endpoint_id).await;
+                    }
+                }
+            }
+            SupervisorMsg::EndpointChanged(endpoint_id) => {
+                if let Some(actor) = state.actors.get(&endpoint_id) {
+                    let _ = actor.send_message(EndpointMsg::Refresh);
+                } else if state.owns(&endpoint_id) {
+                    state.spawn(&myself, endpoint_id).await;
+                }
+            }
+            SupervisorMsg::Rebalance => state.rebalance(&myself).await,
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                // Stopped on purpose; if the shard came back meanwhile, start afresh.
+                if let Some(endpoint_id) = state.forget(&cell)
+                    && !state.actors.contains_key(&endpoint_id)
+                    && state.owns(&endpoint_id)
+                {
+                    state.spawn(&myself, endpoint_id).await;
+                }
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let Some(endpoint_id) = state.forget(&cell) else { return Ok(()) };
+                tracing::error!(endpoint = %endpoint_id, %error, "endpoint actor crashed; restarting it from the replicated state");
+                DeliveryMetrics::inc(&state.ctx.metrics.actor_restarts_total);
+                if state.note_restart(&endpoint_id) {
+                    if state.owns(&endpoint_id) {
+                        state.spawn(&myself, endpoint_id).await;
+                    }
+                } else {
+                    myself.send_after(RESTART_BACKOFF, || SupervisorMsg::Rebalance);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<SupervisorMsg>, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        for actor in state.actors.values() {
+            actor.stop(Some("supervisor stopping".into()));
+        }
+        Ok(())
+    }
+}
+
+impl SupervisorState {
+    fn owns(&self, endpoint_id: &EndpointId) -> bool {
+        self.ctx.ownership.token_for(endpoint_id.shard()).is_some()
+            && self.ctx.state.read().endpoints.get(endpoint_id).is_some_and(|e| !e.disabled)
+    }
+
+    /// Starts actors for owned endpoints with work or an open breaker, stops the rest.
+    async fn rebalance(&mut self, myself: &ActorRef<SupervisorMsg>) {
+        let wanted: Vec<EndpointId> = {
+            let state = self.ctx.state.read();
+            state
+                .endpoints
+                .values()
+                .filter(|e| !e.disabled && self.ctx.ownership.token_for(e.id.shard()).is_some())
+                .map(|e| e.id.clone())
+                .collect()
+        };
+        let keep: std::collections::BTreeSet<&EndpointId> = wanted.iter().collect();
+        for (endpoint_id, actor) in &self.actors {
+            if !keep.contains(endpoint_id) {
+                actor.stop(Some("shard or lease no longer held here".into()));
+            }
+        }
+        for endpoint_id in &wanted {
+            if !self.actors.contains_key(endpoint_id) {
+                self.spawn(myself, endpoint_id.clone()).await;
+            }
+        }
+    }
+
+    async fn spawn(&mut self, myself: &ActorRef<SupervisorMsg>, endpoint_id: EndpointId) {
+        let args = EndpointArgs { ctx: self.ctx.clone(), endpoint_id: endpoint_id.clone() };
+        // Unnamed: ractor's name registry is process-wide, and a simulation
+        // runs many nodes in one process.
+        match Actor::spawn_linked(None, EndpointActor, args, myself.get_cell()).await {
+            Ok((actor, _)) => {
+                self.by_actor.insert(actor.get_id(), endpoint_id.clone());
+                self.actors.insert(endpoint_id, actor);
+            }
+            Err(error) => tracing::error!(endpoint = %endpoint_id, %error, "could not start endpoint actor"),
+        }
+    }
+
+    fn forget(&mut self, cell: &ActorCell) -> Option<EndpointId> {
+        let endpoint_id = self.by_actor.remove(&cell.get_id())?;
+        if self.actors.get(&endpoint_id).is_some_and(|a| a.get_id() == cell.get_id()) {
+            self.actors.remove(&endpoint_id);
+        }
+        Some(endpoint_id)
+    }
+
+    /// Counts a restart; false when the endpoint has crashed too often lately.
+    fn note_restart(&mut self, endpoint_id: &EndpointId) -> bool {
+        let now_ms = self.ctx.clock.monotonic_ms();
+        let entry = self.restarts.entry(endpoint_id.clone()).or_insert((now_ms, 0));
+        if now_ms.saturating_sub(entry.0) > RESTART_WINDOW_MS {
+            *entry = (now_ms, 0);
+        }
+        entry.1 += 1;
+        entry.1 <= RESTARTS_MAX
+    }
+}

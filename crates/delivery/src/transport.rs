@@ -1,0 +1,74 @@
+//! The seam through which webhooks leave the node.
+//!
+//! [`Transport`] sends one signed request and reports what happened. The
+//! production implementation is [`crate::http::HttpTransport`] (reqwest, no
+//! redirects, per-request timeout, SSRF guard); the simulator plugs in
+//! scripted receivers.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// One webhook request, fully prepared (signed) by the endpoint actor.
+#[derive(Debug, Clone)]
+pub struct WebhookRequest {
+    pub url: String,
+    /// Header names in lowercase.
+    pub headers: Vec<(String, String)>,
+    pub body: bytes_body::Body,
+    /// The whole attempt (connect, send, read the answer) must fit in it.
+    pub timeout: Duration,
+}
+
+/// Shared request bodies: one event's payload is sent to many endpoints.
+pub mod bytes_body {
+    /// The JSON payload, shared between the attempts that send it.
+    pub type Body = std::sync::Arc<str>;
+}
+
+/// What the endpoint answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookResponse {
+    pub status: u16,
+    /// The raw `Retry-After` header, if any.
+    pub retry_after: Option<String>,
+    /// The first KiB of the body (lossy UTF-8), cut at a character boundary.
+    pub body_excerpt: String,
+}
+
+/// Why no answer came back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("timeout")]
+    Timeout,
+    #[error("connect: {0}")]
+    Connect(String),
+    /// The target resolved to an address the SSRF guard forbids.
+    #[error("refused target: {0}")]
+    RefusedTarget(String),
+    #[error("invalid url: {0}")]
+    InvalidUrl(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SendError {
+    /// A short, stable kind for the timeline (`timeout`, `connect`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SendError::Timeout => "timeout",
+            SendError::Connect(_) => "connect",
+            SendError::RefusedTarget(_) => "refused_target",
+            SendError::InvalidUrl(_) => "invalid_url",
+            SendError::Other(_) => "other",
+        }
+    }
+}
+
+/// A boxed future, so `Transport` stays object-safe.
+pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<WebhookResponse, SendError>> + Send + 'a>>;
+
+/// Sends webhook requests. Implementations must honour `timeout` themselves.
+pub trait Transport: Send + Sync + 'static {
+    fn send(&self, request: WebhookRequest) -> SendFuture<'_>;
+}

@@ -1,0 +1,72 @@
+//! The node's `Io` bundle (DESIGN §9): everything through which a node
+//! touches time, randomness, the webhook network and storage. Production
+//! code builds [`Io::production`]; the simulator builds its own.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use hookraft_core::clock::Clock;
+use hookraft_delivery::transport::Transport;
+
+/// The system clock: wall time from `SystemTime`, monotonic from `Instant`.
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl SystemClock {
+    #[allow(clippy::disallowed_methods)] // the one place production reads the monotonic clock
+    pub fn new() -> Self {
+        Self { origin: Instant::now() }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)] // the one place production reads the wall clock
+    fn wall_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+}
+
+/// Where the node keeps its Raft log and snapshots.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// A sled database in this directory.
+    Sled(PathBuf),
+}
+
+/// Time, randomness, the webhook transport and storage of one node.
+#[derive(Clone)]
+pub struct Io {
+    pub clock: Arc<dyn Clock>,
+    /// Seeds every generator of the node (ids, secrets, jitter).
+    pub seed: u64,
+    pub transport: Arc<dyn Transport>,
+    pub storage: Storage,
+}
+
+impl Io {
+    /// The system clock, OS entropy, reqwest, and sled under `data_dir`.
+    pub fn production(data_dir: PathBuf, allow_private_targets: bool) -> Result<Self, crate::NodeError> {
+        let transport = hookraft_delivery::http::HttpTransport::new(allow_private_targets)
+            .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
+        Ok(Self {
+            clock: Arc::new(SystemClock::new()),
+            // The one draw from OS entropy; everything else derives from this seed.
+            seed: rand::random::<u64>(),
+            transport: Arc::new(transport),
+            storage: Storage::Sled(data_dir),
+        })
+    }
+}
+

@@ -1,0 +1,238 @@
+//! hookraft-node: wiring only. [`Node::start`] takes a [`NodeConfig`], an
+//! [`Io`] bundle and a bound listener, and returns a running node:
+//!
+//! 1. storage opened (sled log + snapshot; the state machine replays it),
+//! 2. openraft started, a fresh store initialised as a one-member cluster,
+//! 3. the outcome batcher, the delivery supervisor (one actor per owned
+//!    endpoint) and the lease loop (heartbeats, leader duties),
+//! 4. the ingest batcher and the HTTP API on the listener.
+//!
+//! Nothing here decides anything about webhooks: that is `hookraft-core`
+//! (pure) and `hookraft-delivery` (actors).
+
+pub mod config;
+pub mod io;
+pub mod ingest;
+pub mod lease;
+pub mod observer;
+pub mod proposer;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hookraft_api::{ApiContext, ApiMetrics, ClusterView};
+use hookraft_core::breaker::BreakerConfig;
+use hookraft_core::ids::NodeId;
+use hookraft_delivery::batcher::{OUTCOME_QUEUE_MAX, Proposer, run_outcome_batcher};
+use hookraft_delivery::context::{DeliveryContext, InFlightRegistry};
+use hookraft_delivery::metrics::DeliveryMetrics;
+use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
+use hookraft_raft::{Raft, SingleNodeNetwork, StateHandle, raft_config};
+use ractor::{Actor, ActorRef};
+use rand::SeedableRng;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::NodeConfig;
+pub use io::{Io, Storage, SystemClock};
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("storage: {0}")]
+    Storage(#[from] hookraft_raft::Error),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("webhook transport: {0}")]
+    Transport(String),
+    #[error("actors: {0}")]
+    Actors(String),
+    #[error("http server: {0}")]
+    Http(#[from] std::io::Error),
+}
+
+/// A running node.
+pub struct NodeHandle {
+    pub addr: SocketAddr,
+    pub state: StateHandle,
+    raft: Raft,
+    supervisor: ActorRef<SupervisorMsg>,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// How long a fresh node waits to become leader of its one-member cluster.
+const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Node;
+
+impl Node {
+    /// Starts a node serving its API on `listener`.
+    pub async fn start(config: NodeConfig, io: Io, listener: TcpListener) -> Result<NodeHandle, NodeError> {
+        let addr = listener.local_addr()?;
+        let link = Arc::new(observer::SupervisorLink::default());
+        let Storage::Sled(dir) = &io.storage;
+        std::fs::create_dir_all(dir)?;
+        let (log_store, state_machine, state) = hookraft_raft::open_sled(&dir.join("raft"), Some(link.clone()))?;
+
+        let raft = Raft::new(config.node_id, Arc::new(raft_config()), SingleNodeNetwork, log_store, state_machine)
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        if !raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
+            let members = BTreeMap::from([(config.node_id, openraft::BasicNode::new(addr.to_string()))]);
+            raft.initialize(members).await.map_err(|e| NodeError::Raft(e.to_string()))?;
+            tracing::info!(node = config.node_id, "initialised a new one-member cluster");
+        }
+        raft.wait(Some(LEADERSHIP_TIMEOUT))
+            .current_leader(config.node_id, "this node leads its one-member cluster")
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+
+        let proposer: Arc<dyn Proposer> = Arc::new(proposer::RaftProposer { raft: raft.clone() });
+        let (outcome_tx, outcome_rx) = tokio::sync::mpsc::channel(OUTCOME_QUEUE_MAX);
+        tokio::spawn(run_outcome_batcher(outcome_rx, proposer.clone(), io.clock.clone(), config.node_id));
+
+        let lease = Arc::new(lease::Lease::default());
+        let in_flight = Arc::new(InFlightRegistry::default());
+        let delivery_metrics = Arc::new(DeliveryMetrics::default());
+        let ctx = DeliveryContext {
+            node_id: config.node_id,
+            state: state.clone(),
+            ownership: Arc::new(lease::LeaseOwnership {
+                node_id: config.node_id,
+                state: state.clone(),
+                lease: lease.clone(),
+                clock: io.clock.clone(),
+            }),
+            transport: io.transport.clone(),
+            clock: io.clock.clone(),
+            outcomes: outcome_tx,
+            in_flight: in_flight.clone(),
+            breaker: BreakerConfig::default(),
+            metrics: delivery_metrics.clone(),
+            seed: io.seed,
+        };
+        let (supervisor, _) =
+            Actor::spawn(None, DeliverySupervisor, ctx).await.map_err(|e| NodeError::Actors(e.to_string()))?;
+        let _ = link.supervisor.set(supervisor.clone());
+
+        tokio::spawn(
+            lease::LeaseLoop {
+                node_id: config.node_id,
+                lease_ms: config.lease_ms,
+                lease: lease.clone(),
+                clock: io.clock.clone(),
+                proposer: proposer.clone(),
+                raft: raft.clone(),
+                state: state.clone(),
+                supervisor: supervisor.clone(),
+            }
+            .run(),
+        );
+
+        let ingest = Arc::new(ingest::start(proposer.clone(), io.clock.clone()));
+        let api = Arc::new(ApiContext {
+            node_id: config.node_id,
+            state: state.clone(),
+            proposer,
+            ingest,
+            cluster: Arc::new(RaftView::new(raft.clone(), config.node_id, lease, io.clock.clone())),
+            clock: io.clock.clone(),
+            rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(io.seed.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15)),
+            in_flight,
+            delivery_metrics,
+            metrics: ApiMetrics::default(),
+            api_token: config.api_token.clone(),
+            allow_private_targets: config.allow_private_targets,
+            secret_grace_ms: config.secret_grace_ms,
+        });
+        let (shutdown, mut stop) = watch::channel(false);
+        let app = hookraft_api::router(api);
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        tracing::info!(node = config.node_id, %addr, "hookraft node serving");
+        Ok(NodeHandle { addr, state, raft, supervisor, shutdown, server })
+    }
+}
+
+impl NodeHandle {
+    /// Stops serving, stops the actors and Raft. Accepted events are already
+    /// durable; deliveries in flight are re-sent after the next start.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        self.supervisor.stop(Some("node shutting down".into()));
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+    }
+
+    /// Waits until the HTTP server ends (after `shutdown`, or on an IO error).
+    pub async fn serve_until_stopped(&mut self) -> std::io::Result<()> {
+        match (&mut self.server).await {
+            Ok(result) => result,
+            Err(join) => Err(std::io::Error::other(join.to_string())),
+        }
+    }
+}
+
+/// [`ClusterView`] over openraft's metrics.
+struct RaftView {
+    raft: Raft,
+    node_id: NodeId,
+    lease: Arc<lease::Lease>,
+    clock: Arc<dyn hookraft_core::clock::Clock>,
+    leader_changes: Arc<AtomicU64>,
+}
+
+impl RaftView {
+    fn new(raft: Raft, node_id: NodeId, lease: Arc<lease::Lease>, clock: Arc<dyn hookraft_core::clock::Clock>) -> Self {
+        let leader_changes = Arc::new(AtomicU64::new(0));
+        let counter = leader_changes.clone();
+        let mut metrics = raft.metrics();
+        tokio::spawn(async move {
+            let mut leader = metrics.borrow().current_leader;
+            while metrics.changed().await.is_ok() {
+                let now = metrics.borrow().current_leader;
+                if now != leader {
+                    leader = now;
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        Self { raft, node_id, lease, clock, leader_changes }
+    }
+}
+
+impl ClusterView for RaftView {
+    fn leader_id(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    fn ready(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let _ = self.node_id;
+        m.current_leader.is_some() && m.last_applied.is_some() && self.lease_valid()
+    }
+
+    fn leader_changes(&self) -> u64 {
+        self.leader_changes.load(Ordering::Relaxed)
+    }
+
+    fn lease_valid(&self) -> bool {
+        self.lease.is_valid(self.clock.monotonic_ms())
+    }
+}

@@ -1,0 +1,68 @@
+//! Turns applied commands into work for the delivery supervisor: committed
+//! deliveries wake their endpoint's actor, endpoint changes refresh it,
+//! shard grants rebalance the actors. Called inside the state machine's
+//! apply, so it only enqueues messages and never blocks.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use hookraft_core::command::{Command, IngestResult, Response};
+use hookraft_core::ids::{DeliveryId, EndpointId};
+use hookraft_core::state::ClusterState;
+use hookraft_delivery::supervisor::SupervisorMsg;
+use hookraft_raft::ApplyObserver;
+use ractor::ActorRef;
+
+/// Set once the supervisor runs; commands applied before that (the log
+/// replayed at start-up) need no message: the supervisor's first
+/// rebalance reads the state they produced.
+#[derive(Default)]
+pub struct SupervisorLink {
+    pub supervisor: OnceLock<ActorRef<SupervisorMsg>>,
+}
+
+impl SupervisorLink {
+    fn send(&self, message: SupervisorMsg) {
+        if let Some(supervisor) = self.supervisor.get() {
+            // Fails only while the node shuts down.
+            let _ = supervisor.send_message(message);
+        }
+    }
+}
+
+impl ApplyObserver for SupervisorLink {
+    fn applied(&self, _state: &ClusterState, command: &Command, response: &Response) {
+        match (command, response) {
+            (Command::IngestEvents { .. }, Response::Ingested { results }) => {
+                let created = results.iter().filter_map(|r| match r {
+                    IngestResult::Created { deliveries, .. } => Some(deliveries.iter()),
+                    _ => None,
+                });
+                let wake = group(created.flatten());
+                if !wake.is_empty() {
+                    self.send(SupervisorMsg::Wake(wake));
+                }
+            }
+            (Command::Replay { .. }, Response::Replayed { deliveries }) if !deliveries.is_empty() => {
+                self.send(SupervisorMsg::Wake(group(deliveries.iter())));
+            }
+            (
+                Command::RegisterEndpoint { endpoint: hookraft_core::model::Endpoint { id, .. } }
+                | Command::UpdateEndpoint { id, .. }
+                | Command::DeleteEndpoint { id, .. }
+                | Command::RotateSecret { id, .. },
+                Response::Ok,
+            ) => self.send(SupervisorMsg::EndpointChanged(id.clone())),
+            (Command::AssignShards { .. }, Response::ShardsAssigned { .. }) => self.send(SupervisorMsg::Rebalance),
+            _ => {}
+        }
+    }
+}
+
+fn group<'a>(pairs: impl Iterator<Item = &'a (DeliveryId, EndpointId)>) -> Vec<(EndpointId, Vec<DeliveryId>)> {
+    let mut by_endpoint: BTreeMap<EndpointId, Vec<DeliveryId>> = BTreeMap::new();
+    for (delivery, endpoint) in pairs {
+        by_endpoint.entry(endpoint.clone()).or_default().push(delivery.clone());
+    }
+    by_endpoint.into_iter().collect()
+}

@@ -1,0 +1,54 @@
+//! The bincode encoding of everything this crate writes to disk or sends
+//! as a snapshot.
+//!
+//! One configuration (`bincode::config::standard()`) for everything. Decoding
+//! insists on consuming the whole value: trailing bytes mean the reader and
+//! the writer disagree about the format, which is corruption, not data.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::Error;
+
+/// Encodes `value`; `what` names it in the error.
+pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, Error> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|source| Error::Encode { what, source })
+}
+
+/// Decodes a whole `T` from `bytes`; `what` names it in the error.
+pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, Error> {
+    let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map_err(|source| Error::Decode { what, source })?;
+    if read != bytes.len() {
+        return Err(Error::TrailingBytes {
+            what,
+            extra: bytes.len() - read,
+        });
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_of_encode_returns_the_value() {
+        let value = (7u64, String::from("seven"), Some(vec![1u8, 2]));
+        let bytes = encode("tuple", &value).expect("encodes");
+        let back: (u64, String, Option<Vec<u8>>) = decode("tuple", &bytes).expect("decodes");
+        assert_eq!(back, value);
+    }
+
+    #[test]
+    fn decode_with_trailing_bytes_is_an_error() {
+        let mut bytes = encode("u64", &7u64).expect("encodes");
+        bytes.push(0);
+        let err = decode::<u64>("u64", &bytes).expect_err("trailing byte is refused");
+        assert!(
+            matches!(err, Error::TrailingBytes { extra: 1, .. }),
+            "{err:?}"
+        );
+    }
+}

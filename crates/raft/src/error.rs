@@ -1,0 +1,65 @@
+//! [`Error`]: this crate's one error enum, in its own terms.
+//!
+//! openraft's storage traits return `openraft::StorageError`; inside those
+//! methods an [`Error`] is converted with [`Error::storage`] or one of the
+//! `StorageIOError` constructors, so openraft learns which subject (log,
+//! vote, snapshot) failed.
+
+use std::path::PathBuf;
+
+use openraft::{ErrorSubject, ErrorVerb, StorageIOError};
+
+use crate::NodeId;
+
+/// What can go wrong opening, reading or writing the Raft store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open the sled database at {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sled::Error,
+    },
+    #[error(
+        "the raft store at {path} has format version {found}; this build reads only version {expected}"
+    )]
+    UnsupportedFormat {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: bincode::error::EncodeError,
+    },
+    #[error("cannot decode {what}: {source}")]
+    Decode {
+        what: &'static str,
+        #[source]
+        source: bincode::error::DecodeError,
+    },
+    #[error("{what} has {extra} unexpected trailing bytes")]
+    TrailingBytes { what: &'static str, extra: usize },
+    /// Stored data decoded but contradicts itself (e.g. a log key that does
+    /// not match its entry's index).
+    #[error("corrupt raft store: {0}")]
+    Corrupt(String),
+    /// The single-node network has no transport to other nodes.
+    #[error("no transport to node {target}: this node runs as a single-member cluster")]
+    NoTransport { target: NodeId },
+}
+
+impl Error {
+    /// Wraps this error for openraft, naming what failed and how.
+    pub fn storage(
+        &self,
+        subject: ErrorSubject<NodeId>,
+        verb: ErrorVerb,
+    ) -> openraft::StorageError<NodeId> {
+        StorageIOError::new(subject, verb, openraft::AnyError::new(self)).into()
+    }
+}

@@ -1,0 +1,349 @@
+//! [`SledLogStore`]: the Raft log, vote and committed id, in sled.
+//!
+//! Two trees of the node's sled database:
+//! - `raft_log`: big-endian `u64` index → bincode of the [`Entry`], so sled's
+//!   byte order is log order;
+//! - `raft_meta`: the vote, the last committed and last purged log ids, and
+//!   the store's format version.
+//!
+//! Durability: `append` fsyncs before it reports the entries flushed, and
+//! `save_vote`, `truncate` and `purge` fsync before they return. The committed
+//! id is written without an fsync: openraft only uses it to re-apply entries
+//! sooner after a restart, and a stale value is allowed (it is fsynced with
+//! the next append). sled recovers its writes in order, so the log never has
+//! a hole after a crash.
+//!
+//! This module must not interpret the entries it stores: it only orders,
+//! persists and returns them.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
+
+use crate::codec::{decode, encode};
+use crate::{Entry, Error, LogId, LogState, StorageError, TypeConfig, Vote};
+
+/// The layout version this build writes and reads; bump it (and migrate)
+/// when the encoding of anything in the log trees changes.
+pub const LOG_FORMAT_VERSION: u32 = 1;
+
+/// Upper bound on the entries one `limited_get_log_entries` call returns, so
+/// a replication read never loads an unbounded slice of the log.
+pub const LOG_READ_ENTRIES_MAX: usize = 1024;
+
+const LOG_TREE: &str = "raft_log";
+const META_TREE: &str = "raft_meta";
+const KEY_FORMAT: &[u8] = b"format_version";
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_LAST_PURGED: &[u8] = b"last_purged";
+
+/// The Raft log store. Cheap to clone: clones share the sled trees, which is
+/// how [`RaftLogStorage::get_log_reader`] hands out readers.
+#[derive(Clone)]
+pub struct SledLogStore {
+    /// For fsync: sled flushes every tree of the database at once.
+    db: sled::Db,
+    /// Index → entry.
+    log: sled::Tree,
+    /// Vote, committed, last purged, format version.
+    meta: sled::Tree,
+}
+
+fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn index_of_key(key: &[u8]) -> Result<u64, Error> {
+    let bytes: [u8; 8] = key
+        .try_into()
+        .map_err(|_| Error::Corrupt(format!("log key has {} bytes, expected 8", key.len())))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+/// `[start, end)` of a range of indexes; `end == None` means unbounded.
+/// `None` when the range is empty.
+fn index_span(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
+    let start = match range.start_bound() {
+        Bound::Included(&i) => i,
+        Bound::Excluded(&i) => i.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&i) => i.checked_add(1),
+        Bound::Excluded(&i) => Some(i),
+        Bound::Unbounded => None,
+    };
+    match end {
+        Some(end) if end <= start => None,
+        _ => Some((start, end)),
+    }
+}
+
+impl SledLogStore {
+    /// Opens the log trees of `db`, checking (or, on a new store, writing)
+    /// the format version. `path` only names the store in errors.
+    pub fn open(db: &sled::Db, path: &Path) -> Result<Self, Error> {
+        let store = Self {
+            db: db.clone(),
+            log: db.open_tree(LOG_TREE)?,
+            meta: db.open_tree(META_TREE)?,
+        };
+        match store.meta.get(KEY_FORMAT)? {
+            Some(bytes) => {
+                let found: u32 = decode("log format version", &bytes)?;
+                if found != LOG_FORMAT_VERSION {
+                    return Err(Error::UnsupportedFormat {
+                        path: path.to_path_buf(),
+                        found,
+                        expected: LOG_FORMAT_VERSION,
+                    });
+                }
+            }
+            None => {
+                store.meta.insert(
+                    KEY_FORMAT,
+                    encode("log format version", &LOG_FORMAT_VERSION)?,
+                )?;
+            }
+        }
+        Ok(store)
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &'static str,
+        key: &[u8],
+    ) -> Result<Option<T>, Error> {
+        match self.meta.get(key)? {
+            Some(bytes) => Ok(Some(decode(what, &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn write_meta<T: serde::Serialize>(
+        &self,
+        what: &'static str,
+        key: &[u8],
+        value: &T,
+    ) -> Result<(), Error> {
+        self.meta.insert(key, encode(what, value)?)?;
+        Ok(())
+    }
+
+    /// Decodes one stored entry and checks it sits under its own index.
+    fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, Error> {
+        let index = index_of_key(key)?;
+        let entry: Entry = decode("log entry", value)?;
+        if entry.log_id.index != index {
+            return Err(Error::Corrupt(format!(
+                "log key {index} holds entry {}",
+                entry.log_id
+            )));
+        }
+        Ok(entry)
+    }
+
+    /// Entries in `range`, at most `limit` of them, in index order.
+    fn read_entries(
+        &self,
+        range: &impl RangeBounds<u64>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, Error> {
+        let Some((start, end)) = index_span(range) else {
+            return Ok(Vec::new());
+        };
+        let iter = match end {
+            Some(end) => self.log.range(log_key(start)..log_key(end)),
+            None => self.log.range(log_key(start)..),
+        };
+        let mut entries = Vec::new();
+        for item in iter.take(limit) {
+            let (key, value) = item?;
+            entries.push(Self::decode_entry(&key, &value)?);
+        }
+        Ok(entries)
+    }
+
+    fn last_log_id(&self) -> Result<Option<LogId>, Error> {
+        match self.log.last()? {
+            Some((key, value)) => Ok(Some(Self::decode_entry(&key, &value)?.log_id)),
+            None => Ok(None),
+        }
+    }
+
+    fn log_state(&self) -> Result<LogState, Error> {
+        let last_purged_log_id: Option<LogId> =
+            self.read_meta("last purged log id", KEY_LAST_PURGED)?;
+        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    /// Removes every entry with an index in `range`.
+    fn remove_entries(&self, range: impl RangeBounds<[u8; 8]>) -> Result<(), Error> {
+        let mut batch = sled::Batch::default();
+        for item in self.log.range(range) {
+            let (key, _) = item?;
+            batch.remove(key);
+        }
+        self.log.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn insert_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), Error> {
+        let mut batch = sled::Batch::default();
+        let mut previous: Option<u64> = None;
+        for entry in entries {
+            let index = entry.log_id.index;
+            debug_assert!(
+                previous.is_none_or(|p| p + 1 == index),
+                "append of non-consecutive entries"
+            );
+            previous = Some(index);
+            batch.insert(&log_key(index), encode("log entry", &entry)?);
+        }
+        self.log.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// fsyncs everything written so far, in every tree.
+    async fn flush(&self) -> Result<(), Error> {
+        self.db.flush_async().await?;
+        Ok(())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for SledLogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.read_entries(&range, usize::MAX)
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.read_entries(&(start..end), LOG_READ_ENTRIES_MAX)
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for SledLogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState, StorageError> {
+        self.log_state()
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        self.write_meta("vote", KEY_VOTE, vote)
+            .map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Write))?;
+        self.flush()
+            .await
+            .map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Write))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.read_meta("vote", KEY_VOTE)
+            .map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Read))
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not fsynced on purpose: see the module docs.
+        self.write_meta("committed log id", KEY_COMMITTED, &committed)
+            .map_err(|e| e.storage(ErrorSubject::Store, ErrorVerb::Write))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        let committed: Option<Option<LogId>> = self
+            .read_meta("committed log id", KEY_COMMITTED)
+            .map_err(|e| e.storage(ErrorSubject::Store, ErrorVerb::Read))?;
+        Ok(committed.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        self.insert_entries(entries)
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
+        // The entries are readable now; they are durable only after this.
+        match self.flush().await {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(e.storage(ErrorSubject::Logs, ErrorVerb::Write))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        tracing::debug!(%log_id, "truncating the raft log");
+        self.remove_entries(log_key(log_id.index)..)
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.flush()
+            .await
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        tracing::debug!(%log_id, "purging the raft log");
+        // Record the purge point first: a crash between the two writes then
+        // leaves extra entries, never a log that starts after a hole.
+        self.write_meta("last purged log id", KEY_LAST_PURGED, &log_id)
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
+        self.remove_entries(..=log_key(log_id.index))
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.flush()
+            .await
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_span_of_empty_and_unbounded_ranges() {
+        assert_eq!(index_span(&(5..5)), None);
+        assert_eq!(index_span(&(Bound::Included(6), Bound::Excluded(5))), None);
+        assert_eq!(index_span(&(3..=3)), Some((3, Some(4))));
+        assert_eq!(index_span(&(2..)), Some((2, None)));
+        assert_eq!(index_span(&(..=u64::MAX)), Some((0, None)));
+        assert_eq!(
+            index_span(&(Bound::Excluded(u64::MAX), Bound::Unbounded)),
+            None
+        );
+    }
+
+    #[test]
+    fn log_keys_sort_in_index_order() {
+        assert!(log_key(255) < log_key(256));
+        assert_eq!(index_of_key(&log_key(42)).expect("8 bytes"), 42);
+        assert!(index_of_key(b"short").is_err());
+    }
+}

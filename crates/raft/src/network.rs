@@ -1,0 +1,155 @@
+//! The Raft network of a single-member cluster, and openraft's config.
+//!
+//! [`SingleNodeNetwork`] is what a one-node cluster hands openraft: it has no
+//! peers, so every RPC fails as [`Unreachable`]. The node-to-node HTTP
+//! transport replaces it when clustering arrives (DESIGN §2: the `RaftNetwork`
+//! over the node-to-node RPC, every call with an explicit timeout).
+//!
+//! [`raft_config`] holds the timing and snapshot settings every node uses.
+
+use std::future::Future;
+
+use openraft::error::{
+    Fatal, InstallSnapshotError, RPCError, RaftError, ReplicationClosed, StreamingError,
+    Unreachable,
+};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Config, OptionalSend, RaftNetwork, RaftNetworkFactory, SnapshotPolicy};
+
+use crate::{Error, NodeId, Snapshot, TypeConfig, Vote};
+
+/// Leader heartbeat period.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 250;
+/// A follower that hears no leader for a random time in
+/// `[ELECTION_TIMEOUT_MIN_MS, ELECTION_TIMEOUT_MAX_MS)` starts an election.
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 1000;
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 2000;
+/// Build a snapshot once this many entries were applied since the last one.
+pub const SNAPSHOT_EVERY_ENTRIES: u64 = 20_000;
+/// Entries kept in the log behind a snapshot, so a briefly lagging follower
+/// catches up from the log instead of a whole snapshot.
+pub const LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES: u64 = 1000;
+/// Entries deleted per purge.
+pub const PURGE_BATCH_ENTRIES: u64 = 256;
+
+/// openraft's config for a hookraft node, validated.
+pub fn raft_config() -> Config {
+    Config {
+        cluster_name: "hookraft".into(),
+        heartbeat_interval: HEARTBEAT_INTERVAL_MS,
+        election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
+        election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES),
+        max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
+        purge_batch_size: PURGE_BATCH_ENTRIES,
+        ..Config::default()
+    }
+    .validate()
+    .expect("the constant raft config is valid")
+}
+
+/// The network factory of a single-member cluster: its clients reach no
+/// one. The node-to-node HTTP transport arrives with clustering.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleNodeNetwork;
+
+/// A client of [`SingleNodeNetwork`]: every RPC fails as [`Unreachable`].
+#[derive(Debug, Clone, Copy)]
+pub struct UnreachablePeer {
+    target: NodeId,
+}
+
+impl UnreachablePeer {
+    fn unreachable(&self) -> Unreachable {
+        Unreachable::new(&Error::NoTransport {
+            target: self.target,
+        })
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for SingleNodeNetwork {
+    type Network = UnreachablePeer;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> UnreachablePeer {
+        UnreachablePeer { target }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for UnreachablePeer {
+    async fn append_entries(
+        &mut self,
+        _rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        Err(self.unreachable().into())
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        Err(self.unreachable().into())
+    }
+
+    async fn vote(
+        &mut self,
+        _rpc: VoteRequest<NodeId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        Err(self.unreachable().into())
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        _vote: Vote,
+        _snapshot: Snapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        Err(self.unreachable().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raft_config_has_the_documented_values() {
+        let config = raft_config();
+        assert_eq!(config.heartbeat_interval, 250);
+        assert_eq!(
+            (config.election_timeout_min, config.election_timeout_max),
+            (1000, 2000)
+        );
+        assert_eq!(
+            config.snapshot_policy,
+            SnapshotPolicy::LogsSinceLast(20_000)
+        );
+        assert_eq!(config.max_in_snapshot_log_to_keep, 1000);
+        assert_eq!(config.purge_batch_size, 256);
+    }
+
+    #[tokio::test]
+    async fn single_node_network_client_reports_every_rpc_unreachable() {
+        let mut client = SingleNodeNetwork.new_client(2, &BasicNode::default()).await;
+        let rpc = VoteRequest {
+            vote: Vote::new(1, 1),
+            last_log_id: None,
+        };
+        let err = client
+            .vote(rpc, RPCOption::new(std::time::Duration::from_millis(10)))
+            .await
+            .expect_err("no peers");
+        assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
+        assert!(err.to_string().contains("node 2"), "{err}");
+    }
+}

@@ -1,0 +1,333 @@
+//! [`StateMachineStore`]: applies committed entries to the in-memory
+//! [`ClusterState`], and builds, installs and serves snapshots of it.
+//!
+//! The state lives in memory behind one `RwLock`, shared with every
+//! [`StateHandle`] — the read-only view the rest of the node uses. Applying
+//! does not write to disk: the state is made durable by snapshots (see
+//! [`crate::snapshot`]) plus the log after them, which openraft re-applies on
+//! start (it reads the committed id from the log store to know how far).
+//!
+//! This module must not decide anything about the domain: a command's
+//! effect is [`ClusterState::apply`]'s alone.
+
+use std::io::Cursor;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
+
+use crate::snapshot::{SnapshotStore, decode_payload, encode_payload};
+use crate::{
+    ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError,
+    StoredMembership, TypeConfig,
+};
+
+/// Told about every command the moment it is applied, on every replica.
+///
+/// Both methods run on openraft's state machine task **while the state's
+/// write lock is held**, so `state` is exactly the state right after that
+/// command, and readers ([`StateHandle::read`]) wait until the method
+/// returns. They must therefore not block and not take long: hand work off
+/// (e.g. `try_send` on a bounded channel) instead of doing it. They must not
+/// call [`StateHandle::read`] either (it would deadlock): use `state`.
+pub trait ApplyObserver: Send + Sync + 'static {
+    /// `command` was applied to give `state` and answered `response`.
+    fn applied(&self, state: &ClusterState, command: &Command, response: &Response);
+
+    /// A snapshot from the leader replaced the whole state: no `applied`
+    /// calls will come for the commands it covers.
+    fn snapshot_installed(&self, state: &ClusterState) {
+        let _ = state;
+    }
+}
+
+/// The state and how far the log has been applied to it, always changed
+/// together under one lock.
+#[derive(Default)]
+struct Applied {
+    state: ClusterState,
+    /// The log id of the last entry applied to `state`.
+    last_applied: Option<LogId>,
+    /// The last membership config applied; openraft asks for it on start.
+    last_membership: StoredMembership,
+}
+
+/// Read-only access to the replicated state; cheap to clone, shared with the
+/// state machine.
+#[derive(Clone)]
+pub struct StateHandle {
+    applied: Arc<RwLock<Applied>>,
+}
+
+/// A read guard on the state; derefs to [`ClusterState`]. Applying waits
+/// while one is held, so hold it briefly and never across an `.await`.
+pub struct StateRef<'a> {
+    guard: RwLockReadGuard<'a, Applied>,
+}
+
+impl Deref for StateRef<'_> {
+    type Target = ClusterState;
+
+    fn deref(&self) -> &ClusterState {
+        &self.guard.state
+    }
+}
+
+impl StateRef<'_> {
+    /// The last applied log id, consistent with the state this guard shows.
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.guard.last_applied
+    }
+}
+
+impl StateHandle {
+    /// The state as of the last applied entry.
+    ///
+    /// A panic inside an apply or an observer poisons the lock; reads then
+    /// still return the state (which openraft has stopped changing, since a
+    /// failed apply shuts the node's Raft down).
+    pub fn read(&self) -> StateRef<'_> {
+        StateRef {
+            guard: self.applied.read().unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+
+    /// The log id of the last applied entry.
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.read().last_applied()
+    }
+
+    /// The last applied membership config.
+    pub fn last_membership(&self) -> StoredMembership {
+        self.read().guard.last_membership.clone()
+    }
+}
+
+/// The id of a snapshot of the state as of `last_applied`, the `counter`-th
+/// built by this process: `"{term}-{index}-{counter}"`, or
+/// `"none-{counter}"` for a snapshot of the empty log. Two snapshots with
+/// one id hold the same bytes: the state at a log id is deterministic.
+pub fn snapshot_id(last_applied: Option<LogId>, counter: u64) -> String {
+    match last_applied {
+        Some(id) => format!("{}-{}-{counter}", id.leader_id.term, id.index),
+        None => format!("none-{counter}"),
+    }
+}
+
+/// openraft's state machine over [`ClusterState`]; also its own snapshot
+/// builder. Cheap to clone: clones share the state and the snapshot store.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    applied: Arc<RwLock<Applied>>,
+    snapshots: SnapshotStore,
+    /// Called after each applied command; see [`ApplyObserver`].
+    observer: Option<Arc<dyn ApplyObserver>>,
+    /// Snapshots built by this process so far; makes snapshot ids unique.
+    snapshots_built: Arc<AtomicU64>,
+}
+
+impl StateMachineStore {
+    /// Opens the state machine over `db`, starting from the persisted
+    /// snapshot if there is one, else from an empty state.
+    pub fn open(
+        db: &sled::Db,
+        observer: Option<Arc<dyn ApplyObserver>>,
+    ) -> Result<(Self, StateHandle), Error> {
+        let snapshots = SnapshotStore::open(db)?;
+        let applied = match snapshots.load()? {
+            Some((meta, data)) => {
+                let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
+                tracing::info!(snapshot = %meta, "state machine restored from snapshot");
+                Applied {
+                    state,
+                    last_applied,
+                    last_membership,
+                }
+            }
+            None => Applied::default(),
+        };
+        let applied = Arc::new(RwLock::new(applied));
+        let store = Self {
+            applied: applied.clone(),
+            snapshots,
+            observer,
+            snapshots_built: Arc::new(AtomicU64::new(0)),
+        };
+        Ok((store, StateHandle { applied }))
+    }
+
+    /// A read-only handle on this state machine's state.
+    pub fn handle(&self) -> StateHandle {
+        StateHandle {
+            applied: self.applied.clone(),
+        }
+    }
+
+    fn read(&self) -> Result<RwLockReadGuard<'_, Applied>, Error> {
+        self.applied.read().map_err(|_| poisoned())
+    }
+
+    fn write(&self) -> Result<RwLockWriteGuard<'_, Applied>, Error> {
+        self.applied.write().map_err(|_| poisoned())
+    }
+
+    /// Applies one entry under the write lock and calls the observer.
+    fn apply_entry(&self, entry: Entry) -> Result<Response, Error> {
+        let mut applied = self.write()?;
+        let applied = &mut *applied;
+        assert!(
+            applied.last_applied.map(|id| id.index) < Some(entry.log_id.index),
+            "entry {} applied after {:?}: openraft applies in log order",
+            entry.log_id,
+            applied.last_applied
+        );
+        applied.last_applied = Some(entry.log_id);
+        let response = match entry.payload {
+            EntryPayload::Blank => Response::Ok,
+            EntryPayload::Normal(command) => {
+                let response = applied.state.apply(&command);
+                if let Some(observer) = &self.observer {
+                    observer.applied(&applied.state, &command, &response);
+                }
+                response
+            }
+            EntryPayload::Membership(membership) => {
+                applied.last_membership = StoredMembership::new(Some(entry.log_id), membership);
+                Response::Ok
+            }
+        };
+        Ok(response)
+    }
+}
+
+fn poisoned() -> Error {
+    Error::Corrupt("the state lock is poisoned: an apply or an observer panicked".into())
+}
+
+fn state_error(verb: ErrorVerb) -> impl FnOnce(Error) -> StorageError {
+    move |e| e.storage(ErrorSubject::StateMachine, verb)
+}
+
+fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) -> StorageError + '_ {
+    move |e| e.storage(ErrorSubject::Snapshot(Some(meta.signature())), verb)
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    /// Encodes the state under the read lock (applies wait meanwhile), then
+    /// stores the snapshot durably before returning it.
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let (meta, data) = {
+            let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
+            let data = encode_payload(
+                &applied.last_applied,
+                &applied.last_membership,
+                &applied.state,
+            )
+            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
+            let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
+            let meta = SnapshotMeta {
+                last_log_id: applied.last_applied,
+                last_membership: applied.last_membership.clone(),
+                snapshot_id: snapshot_id(applied.last_applied, counter),
+            };
+            (meta, data)
+        };
+        self.snapshots
+            .save(&meta, &data)
+            .await
+            .map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
+        Ok((applied.last_applied, applied.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        // One lock per entry: readers never wait for a whole batch.
+        entries
+            .into_iter()
+            .map(|entry| self.apply_entry(entry))
+            .collect::<Result<_, _>>()
+            .map_err(state_error(ErrorVerb::Write))
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    /// Decodes and checks the snapshot, stores it durably, then replaces the
+    /// state with it.
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let (last_applied, last_membership, state) =
+            decode_payload(meta, &data).map_err(snapshot_error(meta, ErrorVerb::Read))?;
+        let stored = self
+            .snapshots
+            .save(meta, &data)
+            .await
+            .map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        if !stored {
+            // Only a snapshot built concurrently from a later applied state
+            // can be newer, and openraft installs only past what was applied.
+            tracing::warn!(snapshot = %meta, "installed a snapshot older than the stored one");
+        }
+        let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
+        *applied = Applied {
+            state,
+            last_applied,
+            last_membership,
+        };
+        if let Some(observer) = &self.observer {
+            observer.snapshot_installed(&applied.state);
+        }
+        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        let current = self
+            .snapshots
+            .load()
+            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
+        Ok(current.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_id_names_term_index_and_counter() {
+        let id = LogId::new(openraft::CommittedLeaderId::new(3, 1), 42);
+        assert_eq!(snapshot_id(Some(id), 7), "3-42-7");
+        assert_eq!(snapshot_id(None, 1), "none-1");
+    }
+}

@@ -1,0 +1,58 @@
+//! "Accepted means durable": every event answered 202 survives `kill -9` and
+//! is delivered after a restart on the same data directory.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use hookraft_tests::{
+    POLL_INTERVAL, Reply, ScriptedReceiver, TestNode, eventually, list_deliveries, register_endpoint, send_event,
+    wait_for,
+};
+use serde_json::json;
+
+const EVENTS: usize = 200;
+/// Concurrent producers while ingesting.
+const PRODUCERS: usize = 16;
+/// Delivering 200 events after a restart may wait out a breaker cooldown.
+const RECOVERY_DEADLINE: Duration = Duration::from_secs(180);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_200_acknowledged_events_are_delivered_after_kill_9_and_restart() {
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("durable", Reply::status(503));
+    let mut node = TestNode::start().await;
+    let retry = json!({"attempts_max": 100, "base_ms": 200, "cap_ms": 1000, "max_age_s": 3600});
+    let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("durable"), "retry": retry})).await;
+
+    let node_ref = &node;
+    let accepted: Vec<_> = futures::stream::iter(0..EVENTS)
+        .map(|n| async move { send_event(node_ref, &json!({"type": "t", "payload": {"n": n}})).await })
+        .buffer_unordered(PRODUCERS)
+        .collect()
+        .await;
+    let event_ids: BTreeSet<String> = accepted.iter().map(|a| a.event_id.clone()).collect();
+    let delivery_ids: BTreeSet<String> = accepted.iter().map(|a| a.delivery_for(&endpoint_id)).collect();
+    assert_eq!(event_ids.len(), EVENTS, "every event acknowledged with its own id");
+    assert_eq!(delivery_ids.len(), EVENTS);
+
+    node.kill9().await;
+    node.restart().await;
+    receiver.set_default("durable", Reply::ok());
+
+    eventually(RECOVERY_DEADLINE, POLL_INTERVAL, "all 200 acknowledged events at the receiver", async || {
+        receiver.distinct_webhook_ids("durable").is_superset(&event_ids)
+    })
+    .await;
+    assert_eq!(receiver.distinct_webhook_ids("durable"), event_ids, "the receiver saw only acknowledged events");
+
+    let query = format!("endpoint_id={endpoint_id}");
+    let deliveries = wait_for(RECOVERY_DEADLINE, POLL_INTERVAL, "every delivery to report delivered", async || {
+        let deliveries = list_deliveries(&node, &query).await;
+        let undelivered = deliveries.iter().filter(|d| d["state"] != "delivered").count();
+        if undelivered == 0 { Ok(deliveries) } else { Err(format!("{undelivered} not delivered yet")) }
+    })
+    .await;
+    let listed: BTreeSet<String> = deliveries.iter().filter_map(|d| d["id"].as_str().map(str::to_owned)).collect();
+    assert_eq!(listed, delivery_ids, "the node lists exactly the acknowledged deliveries");
+}
