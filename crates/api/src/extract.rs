@@ -56,8 +56,15 @@ pub async fn read_body<S: Send + Sync>(req: Request, state: &S, require_json: bo
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
-    serde_json::from_slice(bytes).map_err(|error| match error.classify() {
-        serde_json::error::Category::Data => Problem::invalid(error.to_string()),
-        _ => Problem::malformed(format!("the body is not valid JSON: {error}")),
-    })
+    parse_json(bytes)
+}
+
+/// Parses JSON text into `T`: text that is not JSON at all is a 400, JSON
+/// of the wrong shape a 422. The syntax is checked on its own first, so a
+/// truncated body is a 400 even when its first field is already wrong.
+pub fn parse_json<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Problem> {
+    if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        return Err(Problem::malformed(format!("the body is not valid JSON: {error}")));
+    }
+    serde_json::from_slice(bytes).map_err(|error| Problem::invalid(error.to_string()))
 }

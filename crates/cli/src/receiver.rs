@@ -37,6 +37,7 @@ pub struct ReceiverArgs {
     /// as during a secret rotation.
     #[arg(
         long = "secret",
+        value_name = "WHSEC",
         env = "HOOKRAFT_RECEIVER_SECRET",
         hide_env_values = true,
         value_delimiter = ',',
@@ -214,7 +215,9 @@ mod tests {
     fn signed_headers(secret: &Secret, id: &str, ts: u64, body: &[u8]) -> HeaderMap {
         let mut headers = HeaderMap::new();
         let signature = signing::sign(secret, id, ts, body);
-        for (name, value) in [("webhook-id", id.to_string()), ("webhook-timestamp", ts.to_string()), ("webhook-signature", signature)] {
+        for (name, value) in
+            [("webhook-id", id.to_string()), ("webhook-timestamp", ts.to_string()), ("webhook-signature", signature)]
+        {
             headers.insert(name, HeaderValue::from_str(&value).expect("ascii header"));
         }
         headers
@@ -228,7 +231,10 @@ mod tests {
         headers.insert("webhook-attempt", HeaderValue::from_static("3"));
         let verdict = check_request(&[key], &headers, body, NOW_S + 10);
         assert!(verdict.is_verified(), "{verdict:?}");
-        assert_eq!(verdict.line(), format!("verified evt_1 attempt=3 ts={NOW_S} bytes=21 body={{\"type\":\"order.paid\"}}"));
+        assert_eq!(
+            verdict.line(),
+            format!("verified evt_1 attempt=3 ts={NOW_S} bytes=21 body={{\"type\":\"order.paid\"}}")
+        );
     }
 
     #[test]
@@ -244,7 +250,11 @@ mod tests {
         let headers = signed_headers(&key, "evt_1", NOW_S, b"{\"a\":1}");
         let verdict = check_request(&[key], &headers, b"{\"a\":2}", NOW_S);
         assert!(!verdict.is_verified());
-        assert!(verdict.line().starts_with("REJECTED no v1 signature in the header matches evt_1 attempt=- "), "{}", verdict.line());
+        assert!(
+            verdict.line().starts_with("REJECTED no v1 signature in the header matches evt_1 attempt=- "),
+            "{}",
+            verdict.line()
+        );
     }
 
     #[test]

@@ -85,13 +85,7 @@ impl HttpTransport {
         })?;
         let headers = header_map(&request.headers)?;
         let timeout = request.timeout;
-        let attempt = self
-            .client
-            .post(url)
-            .headers(headers)
-            .timeout(timeout)
-            .body(request.body.to_string())
-            .send();
+        let attempt = self.client.post(url).headers(headers).timeout(timeout).body(request.body.to_string()).send();
         // reqwest's own timeout covers connect, headers and body; this one
         // also bounds our excerpt loop, whatever reqwest does.
         match tokio::time::timeout(timeout, async { read_answer(attempt.await?).await }).await {
@@ -114,8 +108,8 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, SendError> {
     for (name, value) in headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| SendError::Other(format!("invalid header name {name:?}")))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| SendError::Other(format!("invalid value for header {name}")))?;
+        let value =
+            HeaderValue::from_str(value).map_err(|_| SendError::Other(format!("invalid value for header {name}")))?;
         map.append(name, value);
     }
     if !map.contains_key(CONTENT_TYPE) {
@@ -434,7 +428,10 @@ mod tests {
         let error = transport.client.post(url).send().await.expect_err("refused by the resolver");
         assert!(error.is_dns(), "{error:?}");
         let mapped = classify(error);
-        assert!(matches!(mapped, SendError::RefusedTarget(ref m) if m.starts_with("localhost resolves only to")), "{mapped:?}");
+        assert!(
+            matches!(mapped, SendError::RefusedTarget(ref m) if m.starts_with("localhost resolves only to")),
+            "{mapped:?}"
+        );
     }
 
     #[test]

@@ -274,7 +274,12 @@ mod tests {
 
     #[test]
     fn public_http_and_https_urls_are_accepted() {
-        for url in ["https://example.com/hooks", "http://example.com:8080/x?y=1", "https://8.8.8.8/", "https://[2606:4700::1]/"] {
+        for url in [
+            "https://example.com/hooks",
+            "http://example.com:8080/x?y=1",
+            "https://8.8.8.8/",
+            "https://[2606:4700::1]/",
+        ] {
             let parsed = validate_target_url(url, false).expect(url);
             assert!(parsed.host_str().is_some());
         }

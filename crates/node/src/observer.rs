@@ -57,6 +57,10 @@ impl ApplyObserver for SupervisorLink {
             _ => {}
         }
     }
+
+    fn snapshot_installed(&self, _state: &ClusterState) {
+        self.send(SupervisorMsg::Rebalance);
+    }
 }
 
 fn group<'a>(pairs: impl Iterator<Item = &'a (DeliveryId, EndpointId)>) -> Vec<(EndpointId, Vec<DeliveryId>)> {

@@ -4,7 +4,7 @@
 //! The state lives in memory behind one `RwLock`, shared with every
 //! [`StateHandle`] — the read-only view the rest of the node uses. Applying
 //! does not write to disk: the state is made durable by snapshots (see
-//! [`crate::snapshot`]) plus the log after them, which openraft re-applies on
+//! the private `snapshot` module) plus the log after them, which openraft re-applies on
 //! start (it reads the committed id from the log store to know how far).
 //!
 //! This module must not decide anything about the domain: a command's

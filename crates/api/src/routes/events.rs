@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use super::parse_id;
 use crate::context::ApiContext;
-use crate::extract::read_body;
+use crate::extract::{parse_json, read_body};
 use crate::problem::{ApiResult, Problem};
 use crate::{validate, views};
 
@@ -54,10 +54,7 @@ async fn ingest(State(ctx): State<Arc<ApiContext>>, request: Request) -> Respons
 async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {
     let key = idempotency_key(request.headers())?;
     let bytes = read_body(request, &(), true).await?;
-    let body: PostEvent<'_> = serde_json::from_slice(&bytes).map_err(|error| match error.classify() {
-        serde_json::error::Category::Data => Problem::invalid(error.to_string()),
-        _ => Problem::malformed(format!("the body is not valid JSON: {error}")),
-    })?;
+    let body: PostEvent<'_> = parse_json(&bytes)?;
     validate::event_type(&body.r#type)?;
     let endpoint_ids = match body.endpoint_ids {
         Some(ids) if ids.len() > ENDPOINT_IDS_MAX => {

@@ -300,7 +300,10 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
     let endpoint_ids: Vec<_> = state.endpoints.keys().cloned().collect();
     let delivery_ids: Vec<_> = state.deliveries.keys().cloned().collect();
     match pick % 6 {
-        0 => Command::RegisterEndpoint { endpoint: endpoint(rng, if rng.random_bool(0.5) { Some(&["a"]) } else { None }) },
+        0 => {
+            let types: Option<&[&str]> = if rng.random_bool(0.5) { Some(&["a"]) } else { None };
+            Command::RegisterEndpoint { endpoint: endpoint(rng, types) }
+        }
         1 | 2 => Command::IngestEvents {
             now_ms,
             events: (0..3).map(|i| event(rng, "a", (i == 0).then_some("dup"), None)).collect(),
