@@ -3,8 +3,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{IngestResult, NewEvent};

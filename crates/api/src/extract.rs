@@ -40,7 +40,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
 
 /// The raw body, for handlers that keep the JSON text as sent.
 pub async fn read_body<S: Send + Sync>(req: Request, state: &S, require_json: bool) -> Result<Bytes, Problem> {
-    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
+    let content_type =
+        req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
     let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             Problem::too_large(format!("the body exceeds the limit of {BODY_BYTES_MAX} bytes"))

@@ -78,7 +78,9 @@ impl Problem {
 impl From<ProposeError> for Problem {
     fn from(error: ProposeError) -> Self {
         match error {
-            ProposeError::NoLeader => Problem::unavailable("no leader is available to commit the request; retry shortly"),
+            ProposeError::NoLeader => {
+                Problem::unavailable("no leader is available to commit the request; retry shortly")
+            }
             ProposeError::ShuttingDown => Problem::unavailable("the node is shutting down; retry on another node"),
             ProposeError::Other(detail) => {
                 tracing::error!(%detail, "commit failed");

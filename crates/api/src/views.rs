@@ -93,7 +93,9 @@ pub fn timeline_entry(entry: &TimelineEntry) -> Value {
         TimelineEntry::Delivered { at_ms } => json!({"kind": "delivered", "at": ts(*at_ms)}),
         TimelineEntry::Dead { at_ms, reason } => json!({"kind": "dead", "at": ts(*at_ms), "reason": reason}),
         TimelineEntry::Replayed { at_ms } => json!({"kind": "replayed", "at": ts(*at_ms)}),
-        TimelineEntry::Truncated { at_ms, dropped } => json!({"kind": "truncated", "at": ts(*at_ms), "dropped": dropped}),
+        TimelineEntry::Truncated { at_ms, dropped } => {
+            json!({"kind": "truncated", "at": ts(*at_ms), "dropped": dropped})
+        }
     }
 }
 

@@ -106,7 +106,9 @@ pub enum Admission {
     /// The single half-open probe; its outcome decides the breaker.
     Probe,
     /// Not before `retry_at_ms`.
-    Rejected { retry_at_ms: u64 },
+    Rejected {
+        retry_at_ms: u64,
+    },
 }
 
 /// A change of [`BreakerStatus`], reported so it can be replicated and counted.
@@ -121,9 +123,13 @@ pub struct Transition {
 enum State {
     Closed,
     /// No attempts before `until_ms`; then one probe.
-    Open { until_ms: u64 },
+    Open {
+        until_ms: u64,
+    },
     /// The probe went at `probe_sent_at_ms`; its outcome is awaited.
-    HalfOpen { probe_sent_at_ms: u64 },
+    HalfOpen {
+        probe_sent_at_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,13 +147,7 @@ pub struct CircuitBreaker {
 
 impl CircuitBreaker {
     pub fn new() -> Self {
-        Self {
-            state: State::Closed,
-            consecutive_failures: 0,
-            failed_probes: 0,
-            window: Window::default(),
-            clock_ms: 0,
-        }
+        Self { state: State::Closed, consecutive_failures: 0, failed_probes: 0, window: Window::default(), clock_ms: 0 }
     }
 
     pub fn status(&self) -> BreakerStatus {

@@ -20,18 +20,18 @@ pub fn format_rfc3339_ms(unix_ms: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        rem / 3_600,
-        (rem % 3_600) / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3_600, (rem % 3_600) / 60, rem % 60)
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into unix milliseconds.
 pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':'
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
     {
         return None;
     }

@@ -17,19 +17,50 @@ use crate::signing::Secret;
 /// A replicated state change. Append-only: see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    RegisterEndpoint { endpoint: Endpoint },
-    UpdateEndpoint { id: EndpointId, patch: EndpointPatch, now_ms: u64 },
-    DeleteEndpoint { id: EndpointId, now_ms: u64 },
-    RotateSecret { id: EndpointId, secret: Secret, grace_until_ms: u64, now_ms: u64 },
+    RegisterEndpoint {
+        endpoint: Box<Endpoint>,
+    },
+    UpdateEndpoint {
+        id: EndpointId,
+        patch: EndpointPatch,
+        now_ms: u64,
+    },
+    DeleteEndpoint {
+        id: EndpointId,
+        now_ms: u64,
+    },
+    RotateSecret {
+        id: EndpointId,
+        secret: Secret,
+        grace_until_ms: u64,
+        now_ms: u64,
+    },
     /// A batch of events; idempotency keys are checked here so two nodes
     /// racing on one key still produce one event.
-    IngestEvents { now_ms: u64, events: Vec<NewEvent> },
+    IngestEvents {
+        now_ms: u64,
+        events: Vec<NewEvent>,
+    },
     /// A batch of attempt outcomes, each under its shard's fencing token.
-    RecordOutcomes { node_id: NodeId, now_ms: u64, outcomes: Vec<Outcome> },
-    Replay { now_ms: u64, target: ReplayTarget },
-    Heartbeat { node_id: NodeId, now_ms: u64, lease_ms: u64 },
+    RecordOutcomes {
+        node_id: NodeId,
+        now_ms: u64,
+        outcomes: Vec<Outcome>,
+    },
+    Replay {
+        now_ms: u64,
+        target: ReplayTarget,
+    },
+    Heartbeat {
+        node_id: NodeId,
+        now_ms: u64,
+        lease_ms: u64,
+    },
     /// Grants shards; each grant takes the next fencing token.
-    AssignShards { now_ms: u64, grants: Vec<(Shard, NodeId)> },
+    AssignShards {
+        now_ms: u64,
+        grants: Vec<(Shard, NodeId)>,
+    },
     /// Commits nothing but an entry; used to learn that the leader's state is current.
     Noop,
 }
@@ -76,7 +107,11 @@ pub struct Outcome {
 pub enum ReplayTarget {
     Delivery(DeliveryId),
     /// Dead deliveries of an endpoint created in `[since_ms, until_ms)`.
-    EndpointDead { endpoint_id: EndpointId, since_ms: Option<u64>, until_ms: Option<u64> },
+    EndpointDead {
+        endpoint_id: EndpointId,
+        since_ms: Option<u64>,
+        until_ms: Option<u64>,
+    },
 }
 
 /// What applying a command produced.
@@ -94,9 +129,16 @@ pub enum Response {
 /// The fate of one event of an `IngestEvents` batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IngestResult {
-    Created { event_id: EventId, deliveries: Vec<(DeliveryId, EndpointId)> },
+    Created {
+        event_id: EventId,
+        deliveries: Vec<(DeliveryId, EndpointId)>,
+    },
     /// The idempotency key was seen before; nothing was created.
-    Duplicate { event_id: EventId },
+    Duplicate {
+        event_id: EventId,
+    },
     /// An explicit target does not exist; nothing was created.
-    UnknownEndpoint { endpoint_id: EndpointId },
+    UnknownEndpoint {
+        endpoint_id: EndpointId,
+    },
 }

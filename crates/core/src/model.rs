@@ -159,14 +159,32 @@ pub struct AttemptRecord {
 /// An entry of a delivery's append-only timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TimelineEntry {
-    Received { at_ms: u64 },
-    Attempt { at_ms: u64, attempt: AttemptRecord },
-    RetryScheduled { at_ms: u64, next_attempt_at_ms: u64 },
-    Delivered { at_ms: u64 },
-    Dead { at_ms: u64, reason: String },
-    Replayed { at_ms: u64 },
+    Received {
+        at_ms: u64,
+    },
+    Attempt {
+        at_ms: u64,
+        attempt: AttemptRecord,
+    },
+    RetryScheduled {
+        at_ms: u64,
+        next_attempt_at_ms: u64,
+    },
+    Delivered {
+        at_ms: u64,
+    },
+    Dead {
+        at_ms: u64,
+        reason: String,
+    },
+    Replayed {
+        at_ms: u64,
+    },
     /// Stands for older entries dropped to respect [`TIMELINE_ENTRIES_MAX`].
-    Truncated { at_ms: u64, dropped: u64 },
+    Truncated {
+        at_ms: u64,
+        dropped: u64,
+    },
 }
 
 /// The delivery of one event to one endpoint.

@@ -88,8 +88,12 @@ pub enum AttemptResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
     Delivered,
-    Retry { at_ms: u64 },
-    Dead { reason: String },
+    Retry {
+        at_ms: u64,
+    },
+    Dead {
+        reason: String,
+    },
     /// 410 Gone: dead-letter and disable the endpoint.
     Gone,
 }
@@ -154,8 +158,7 @@ pub fn parse_retry_after(value: &str, now_ms: u64) -> Option<u64> {
 }
 
 const DAY_NAMES: [&str; 7] = ["Mon,", "Tue,", "Wed,", "Thu,", "Fri,", "Sat,", "Sun,"];
-const MONTH_NAMES: [&str; 12] =
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTH_NAMES: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 
 /// `Wed, 21 Oct 2015 07:28:00 GMT` → milliseconds since the unix epoch.
 /// Dates before 1970 clamp to 0. The day name is checked for form only.
@@ -317,7 +320,9 @@ mod tests {
     fn other_statuses_and_failures_are_retried_within_the_backoff() {
         let policy = RetryPolicy::default();
         let now = 1_000_000;
-        for result in [status(500), status(503), status(429), status(404), status(301), status(100), AttemptResult::Failed] {
+        for result in
+            [status(500), status(503), status(429), status(404), status(301), status(100), AttemptResult::Failed]
+        {
             match decide(&policy, &result, 3, now, now, &mut rng()) {
                 Decision::Retry { at_ms } => assert!((now..=now + 20_000).contains(&at_ms), "{result:?}"),
                 other => panic!("{result:?} gave {other:?}"),

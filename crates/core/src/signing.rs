@@ -133,11 +133,7 @@ pub fn sign(secret: &Secret, msg_id: &str, timestamp_s: u64, body: &[u8]) -> Str
 
 /// The full header value: one `v1,` entry per secret, space separated.
 pub fn signature_header(secrets: &[&Secret], msg_id: &str, timestamp_s: u64, body: &[u8]) -> String {
-    secrets
-        .iter()
-        .map(|secret| sign(secret, msg_id, timestamp_s, body))
-        .collect::<Vec<_>>()
-        .join(" ")
+    secrets.iter().map(|secret| sign(secret, msg_id, timestamp_s, body)).collect::<Vec<_>>().join(" ")
 }
 
 /// Checks a request as a receiver would.

@@ -62,7 +62,9 @@ pub fn attempt_record(
     result: &Result<WebhookResponse, SendError>,
 ) -> AttemptRecord {
     let (status_code, error, response_excerpt) = match result {
-        Ok(response) => (Some(response.status), None, Some(truncate_utf8(&response.body_excerpt, RESPONSE_EXCERPT_BYTES_MAX))),
+        Ok(response) => {
+            (Some(response.status), None, Some(truncate_utf8(&response.body_excerpt, RESPONSE_EXCERPT_BYTES_MAX)))
+        }
         Err(error) => (None, Some(describe(error)), None),
     };
     AttemptRecord { node_id, fencing_token, started_at_ms, latency_ms, status_code, error, response_excerpt }
@@ -111,7 +113,10 @@ mod tests {
             url: "https://example.com/h".into(),
             description: None,
             secret: Secret::from_key(vec![1; 32]).unwrap(),
-            previous_secrets: vec![RetiredSecret { secret: Secret::from_key(vec![2; 32]).unwrap(), expires_at_ms: now_ms + 1 }],
+            previous_secrets: vec![RetiredSecret {
+                secret: Secret::from_key(vec![2; 32]).unwrap(),
+                expires_at_ms: now_ms + 1,
+            }],
             event_types: None,
             max_in_flight: 10,
             rate_limit_per_s: None,
@@ -145,8 +150,15 @@ mod tests {
         let signature = header("webhook-signature");
         assert_eq!(signature.split(' ').count(), 2);
         for secret in [&endpoint.secret, &endpoint.previous_secrets[0].secret] {
-            verify(&[secret], &header("webhook-id"), &header("webhook-timestamp"), &signature, b"{\"a\":1}", now_ms / 1_000)
-                .unwrap();
+            verify(
+                &[secret],
+                &header("webhook-id"),
+                &header("webhook-timestamp"),
+                &signature,
+                b"{\"a\":1}",
+                now_ms / 1_000,
+            )
+            .unwrap();
         }
         // After the grace period only the current secret signs.
         let later = build_request(&endpoint, &plan, now_ms + 1);

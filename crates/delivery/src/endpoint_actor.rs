@@ -55,6 +55,9 @@ pub struct AttemptDone {
     latency_ms: u64,
 }
 
+/// The task that sends a delayed `Tick`.
+type TimerTask = JoinHandle<Result<(), ractor::MessagingErr<EndpointMsg>>>;
+
 /// The actor; its state is [`EndpointState`].
 pub struct EndpointActor;
 
@@ -82,7 +85,7 @@ pub struct EndpointState {
     bucket: Option<(u32, TokenBucket)>,
     rng: StdRng,
     /// The armed wake-up: when, and the task that will send `Tick`.
-    timer: Option<(u64, JoinHandle<Result<(), ractor::MessagingErr<EndpointMsg>>>)>,
+    timer: Option<(u64, TimerTask)>,
     /// Queue depth last added to the node-wide gauge.
     reported_depth: u64,
 }
@@ -92,7 +95,11 @@ impl Actor for EndpointActor {
     type State = EndpointState;
     type Arguments = EndpointArgs;
 
-    async fn pre_start(&self, myself: ActorRef<EndpointMsg>, args: EndpointArgs) -> Result<EndpointState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<EndpointMsg>,
+        args: EndpointArgs,
+    ) -> Result<EndpointState, ActorProcessingErr> {
         let EndpointArgs { ctx, endpoint_id } = args;
         let seed = ctx.seed ^ u64::from(endpoint_id.shard()).rotate_left(32) ^ fnv(endpoint_id.as_str());
         let mut state = EndpointState {
@@ -138,7 +145,11 @@ impl Actor for EndpointActor {
         Ok(())
     }
 
-    async fn post_stop(&self, _myself: ActorRef<EndpointMsg>, state: &mut EndpointState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<EndpointMsg>,
+        state: &mut EndpointState,
+    ) -> Result<(), ActorProcessingErr> {
         // Attempts in flight are abandoned: their deliveries stay active in
         // the replicated state, and the next owner sends them again.
         for (id, flight) in std::mem::take(&mut state.in_flight) {
@@ -271,7 +282,8 @@ impl EndpointState {
         });
         self.ctx.in_flight.insert(&queued.id);
         DeliveryMetrics::inc(&self.ctx.metrics.attempts_total);
-        self.in_flight.insert(queued.id.clone(), InFlight { queued, token, started_at_ms: now_ms, abort: task.abort_handle() });
+        self.in_flight
+            .insert(queued.id.clone(), InFlight { queued, token, started_at_ms: now_ms, abort: task.abort_handle() });
     }
 
     /// Records a finished attempt: breaker, retry decision, outcome to the log.
@@ -293,7 +305,14 @@ impl EndpointState {
             self.count_transition(t);
         }
         let queued = flight.queued;
-        let decision = decide(&endpoint.retry, &result, queued.cycle_attempts + 1, queued.cycle_started_at_ms, now_ms, &mut self.rng);
+        let decision = decide(
+            &endpoint.retry,
+            &result,
+            queued.cycle_attempts + 1,
+            queued.cycle_started_at_ms,
+            now_ms,
+            &mut self.rng,
+        );
         let metrics = &self.ctx.metrics;
         match &decision {
             Decision::Delivered => DeliveryMetrics::inc(&metrics.delivered_total),
@@ -305,7 +324,13 @@ impl EndpointState {
             delivery_id: queued.id.clone(),
             shard: self.endpoint_id.shard(),
             token: flight.token,
-            attempt: attempt_record(self.ctx.node_id, flight.token, flight.started_at_ms, done.latency_ms, &done.result),
+            attempt: attempt_record(
+                self.ctx.node_id,
+                flight.token,
+                flight.started_at_ms,
+                done.latency_ms,
+                &done.result,
+            ),
             decision: decision.clone(),
             breaker: transition.map(|_| self.breaker.clone()),
         };

@@ -45,7 +45,11 @@ impl Actor for DeliverySupervisor {
     type State = SupervisorState;
     type Arguments = DeliveryContext;
 
-    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, ctx: DeliveryContext) -> Result<SupervisorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        ctx: DeliveryContext,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
         myself.send_message(SupervisorMsg::Rebalance)?;
         Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
     }
@@ -112,7 +116,11 @@ impl Actor for DeliverySupervisor {
         Ok(())
     }
 
-    async fn post_stop(&self, _myself: ActorRef<SupervisorMsg>, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         for actor in state.actors.values() {
             actor.stop(Some("supervisor stopping".into()));
         }

@@ -70,7 +70,6 @@ impl Io {
     }
 }
 
-
 #[allow(clippy::disallowed_methods)] // production's one draw from OS entropy
 fn os_seed() -> u64 {
     rand::random::<u64>()

@@ -100,7 +100,8 @@ impl LeaseLoop {
     }
 
     async fn heartbeat(&self, proposed_at_ms: u64) {
-        let command = Command::Heartbeat { node_id: self.node_id, now_ms: self.clock.wall_ms(), lease_ms: self.lease_ms };
+        let command =
+            Command::Heartbeat { node_id: self.node_id, now_ms: self.clock.wall_ms(), lease_ms: self.lease_ms };
         match self.proposer.propose(command).await {
             Ok(_) => self.lease.extend_to(proposed_at_ms + self.lease_ms),
             Err(error) => tracing::debug!(%error, "heartbeat not committed"),

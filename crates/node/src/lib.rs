@@ -11,8 +11,8 @@
 //! (pure) and `hookraft-delivery` (actors).
 
 pub mod config;
-pub mod io;
 pub mod ingest;
+pub mod io;
 pub mod lease;
 pub mod observer;
 pub mod proposer;

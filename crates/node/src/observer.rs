@@ -46,9 +46,11 @@ impl ApplyObserver for SupervisorLink {
             (Command::Replay { .. }, Response::Replayed { deliveries }) if !deliveries.is_empty() => {
                 self.send(SupervisorMsg::Wake(group(deliveries.iter())));
             }
+            (Command::RegisterEndpoint { endpoint }, Response::Ok) => {
+                self.send(SupervisorMsg::EndpointChanged(endpoint.id.clone()))
+            }
             (
-                Command::RegisterEndpoint { endpoint: hookraft_core::model::Endpoint { id, .. } }
-                | Command::UpdateEndpoint { id, .. }
+                Command::UpdateEndpoint { id, .. }
                 | Command::DeleteEndpoint { id, .. }
                 | Command::RotateSecret { id, .. },
                 Response::Ok,

@@ -17,7 +17,9 @@ impl Proposer for RaftProposer {
             match self.raft.client_write(command).await {
                 Ok(response) => Ok(response.data),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(ProposeError::NoLeader),
-                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => Err(ProposeError::Other(e.to_string())),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                    Err(ProposeError::Other(e.to_string()))
+                }
                 Err(RaftError::Fatal(fatal)) => {
                     tracing::error!(%fatal, "raft stopped");
                     Err(ProposeError::ShuttingDown)

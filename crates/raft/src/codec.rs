@@ -12,8 +12,7 @@ use crate::Error;
 
 /// Encodes `value`; `what` names it in the error.
 pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, Error> {
-    bincode::serde::encode_to_vec(value, bincode::config::standard())
-        .map_err(|source| Error::Encode { what, source })
+    bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|source| Error::Encode { what, source })
 }
 
 /// Decodes a whole `T` from `bytes`; `what` names it in the error.
@@ -21,10 +20,7 @@ pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> R
     let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
         .map_err(|source| Error::Decode { what, source })?;
     if read != bytes.len() {
-        return Err(Error::TrailingBytes {
-            what,
-            extra: bytes.len() - read,
-        });
+        return Err(Error::TrailingBytes { what, extra: bytes.len() - read });
     }
     Ok(value)
 }
@@ -46,9 +42,6 @@ mod tests {
         let mut bytes = encode("u64", &7u64).expect("encodes");
         bytes.push(0);
         let err = decode::<u64>("u64", &bytes).expect_err("trailing byte is refused");
-        assert!(
-            matches!(err, Error::TrailingBytes { extra: 1, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, Error::TrailingBytes { extra: 1, .. }), "{err:?}");
     }
 }

@@ -20,14 +20,8 @@ pub enum Error {
         #[source]
         source: sled::Error,
     },
-    #[error(
-        "the raft store at {path} has format version {found}; this build reads only version {expected}"
-    )]
-    UnsupportedFormat {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    #[error("the raft store at {path} has format version {found}; this build reads only version {expected}")]
+    UnsupportedFormat { path: PathBuf, found: u32, expected: u32 },
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
     #[error("cannot encode {what}: {source}")]
@@ -55,11 +49,7 @@ pub enum Error {
 
 impl Error {
     /// Wraps this error for openraft, naming what failed and how.
-    pub fn storage(
-        &self,
-        subject: ErrorSubject<NodeId>,
-        verb: ErrorVerb,
-    ) -> openraft::StorageError<NodeId> {
+    pub fn storage(&self, subject: ErrorSubject<NodeId>, verb: ErrorVerb) -> openraft::StorageError<NodeId> {
         StorageIOError::new(subject, verb, openraft::AnyError::new(self)).into()
     }
 }

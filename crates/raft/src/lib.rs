@@ -106,10 +106,7 @@ pub fn open_sled(
         // add background IO.
         .flush_every_ms(None)
         .open()
-        .map_err(|source| Error::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
     let log_store = SledLogStore::open(&db, path)?;
     let (state_machine, handle) = StateMachineStore::open(&db, observer)?;
     Ok((log_store, state_machine, handle))

@@ -58,9 +58,8 @@ fn log_key(index: u64) -> [u8; 8] {
 }
 
 fn index_of_key(key: &[u8]) -> Result<u64, Error> {
-    let bytes: [u8; 8] = key
-        .try_into()
-        .map_err(|_| Error::Corrupt(format!("log key has {} bytes, expected 8", key.len())))?;
+    let bytes: [u8; 8] =
+        key.try_into().map_err(|_| Error::Corrupt(format!("log key has {} bytes, expected 8", key.len())))?;
     Ok(u64::from_be_bytes(bytes))
 }
 
@@ -87,11 +86,7 @@ impl SledLogStore {
     /// Opens the log trees of `db`, checking (or, on a new store, writing)
     /// the format version. `path` only names the store in errors.
     pub fn open(db: &sled::Db, path: &Path) -> Result<Self, Error> {
-        let store = Self {
-            db: db.clone(),
-            log: db.open_tree(LOG_TREE)?,
-            meta: db.open_tree(META_TREE)?,
-        };
+        let store = Self { db: db.clone(), log: db.open_tree(LOG_TREE)?, meta: db.open_tree(META_TREE)? };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
                 let found: u32 = decode("log format version", &bytes)?;
@@ -104,32 +99,20 @@ impl SledLogStore {
                 }
             }
             None => {
-                store.meta.insert(
-                    KEY_FORMAT,
-                    encode("log format version", &LOG_FORMAT_VERSION)?,
-                )?;
+                store.meta.insert(KEY_FORMAT, encode("log format version", &LOG_FORMAT_VERSION)?)?;
             }
         }
         Ok(store)
     }
 
-    fn read_meta<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &'static str,
-        key: &[u8],
-    ) -> Result<Option<T>, Error> {
+    fn read_meta<T: serde::de::DeserializeOwned>(&self, what: &'static str, key: &[u8]) -> Result<Option<T>, Error> {
         match self.meta.get(key)? {
             Some(bytes) => Ok(Some(decode(what, &bytes)?)),
             None => Ok(None),
         }
     }
 
-    fn write_meta<T: serde::Serialize>(
-        &self,
-        what: &'static str,
-        key: &[u8],
-        value: &T,
-    ) -> Result<(), Error> {
+    fn write_meta<T: serde::Serialize>(&self, what: &'static str, key: &[u8], value: &T) -> Result<(), Error> {
         self.meta.insert(key, encode(what, value)?)?;
         Ok(())
     }
@@ -139,20 +122,13 @@ impl SledLogStore {
         let index = index_of_key(key)?;
         let entry: Entry = decode("log entry", value)?;
         if entry.log_id.index != index {
-            return Err(Error::Corrupt(format!(
-                "log key {index} holds entry {}",
-                entry.log_id
-            )));
+            return Err(Error::Corrupt(format!("log key {index} holds entry {}", entry.log_id)));
         }
         Ok(entry)
     }
 
     /// Entries in `range`, at most `limit` of them, in index order.
-    fn read_entries(
-        &self,
-        range: &impl RangeBounds<u64>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, Error> {
+    fn read_entries(&self, range: &impl RangeBounds<u64>, limit: usize) -> Result<Vec<Entry>, Error> {
         let Some((start, end)) = index_span(range) else {
             return Ok(Vec::new());
         };
@@ -176,13 +152,9 @@ impl SledLogStore {
     }
 
     fn log_state(&self) -> Result<LogState, Error> {
-        let last_purged_log_id: Option<LogId> =
-            self.read_meta("last purged log id", KEY_LAST_PURGED)?;
+        let last_purged_log_id: Option<LogId> = self.read_meta("last purged log id", KEY_LAST_PURGED)?;
         let last_log_id = self.last_log_id()?.or(last_purged_log_id);
-        Ok(LogState {
-            last_purged_log_id,
-            last_log_id,
-        })
+        Ok(LogState { last_purged_log_id, last_log_id })
     }
 
     /// Removes every entry with an index in `range`.
@@ -201,10 +173,7 @@ impl SledLogStore {
         let mut previous: Option<u64> = None;
         for entry in entries {
             let index = entry.log_id.index;
-            debug_assert!(
-                previous.is_none_or(|p| p + 1 == index),
-                "append of non-consecutive entries"
-            );
+            debug_assert!(previous.is_none_or(|p| p + 1 == index), "append of non-consecutive entries");
             previous = Some(index);
             batch.insert(&log_key(index), encode("log entry", &entry)?);
         }
@@ -224,15 +193,10 @@ impl RaftLogReader<TypeConfig> for SledLogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.read_entries(&range, usize::MAX)
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+        self.read_entries(&range, usize::MAX).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 
-    async fn limited_get_log_entries(
-        &mut self,
-        start: u64,
-        end: u64,
-    ) -> Result<Vec<Entry>, StorageError> {
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
         self.read_entries(&(start..end), LOG_READ_ENTRIES_MAX)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
@@ -242,8 +206,7 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState, StorageError> {
-        self.log_state()
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+        self.log_state().map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -251,16 +214,12 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        self.write_meta("vote", KEY_VOTE, vote)
-            .map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Write))?;
-        self.flush()
-            .await
-            .map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Write))
+        self.write_meta("vote", KEY_VOTE, vote).map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Write))?;
+        self.flush().await.map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Write))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.read_meta("vote", KEY_VOTE)
-            .map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Read))
+        self.read_meta("vote", KEY_VOTE).map_err(|e| e.storage(ErrorSubject::Vote, ErrorVerb::Read))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
@@ -276,17 +235,12 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
         Ok(committed.flatten())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.insert_entries(entries)
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
+        self.insert_entries(entries).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
         // The entries are readable now; they are durable only after this.
         match self.flush().await {
             Ok(()) => {
@@ -302,11 +256,8 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating the raft log");
-        self.remove_entries(log_key(log_id.index)..)
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
-        self.flush()
-            .await
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
+        self.remove_entries(log_key(log_id.index)..).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -315,11 +266,8 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
         // leaves extra entries, never a log that starts after a hole.
         self.write_meta("last purged log id", KEY_LAST_PURGED, &log_id)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
-        self.remove_entries(..=log_key(log_id.index))
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
-        self.flush()
-            .await
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
+        self.remove_entries(..=log_key(log_id.index)).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
 }
 
@@ -334,10 +282,7 @@ mod tests {
         assert_eq!(index_span(&(3..=3)), Some((3, Some(4))));
         assert_eq!(index_span(&(2..)), Some((2, None)));
         assert_eq!(index_span(&(..=u64::MAX)), Some((0, None)));
-        assert_eq!(
-            index_span(&(Bound::Excluded(u64::MAX), Bound::Unbounded)),
-            None
-        );
+        assert_eq!(index_span(&(Bound::Excluded(u64::MAX), Bound::Unbounded)), None);
     }
 
     #[test]

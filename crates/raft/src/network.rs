@@ -10,13 +10,12 @@
 use std::future::Future;
 
 use openraft::error::{
-    Fatal, InstallSnapshotError, RPCError, RaftError, ReplicationClosed, StreamingError,
-    Unreachable,
+    Fatal, InstallSnapshotError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
 };
 use openraft::network::RPCOption;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, SnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, Config, OptionalSend, RaftNetwork, RaftNetworkFactory, SnapshotPolicy};
 
@@ -65,9 +64,7 @@ pub struct UnreachablePeer {
 
 impl UnreachablePeer {
     fn unreachable(&self) -> Unreachable {
-        Unreachable::new(&Error::NoTransport {
-            target: self.target,
-        })
+        Unreachable::new(&Error::NoTransport { target: self.target })
     }
 }
 
@@ -92,10 +89,8 @@ impl RaftNetwork<TypeConfig> for UnreachablePeer {
         &mut self,
         _rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
         Err(self.unreachable().into())
     }
 
@@ -126,14 +121,8 @@ mod tests {
     fn raft_config_has_the_documented_values() {
         let config = raft_config();
         assert_eq!(config.heartbeat_interval, 250);
-        assert_eq!(
-            (config.election_timeout_min, config.election_timeout_max),
-            (1000, 2000)
-        );
-        assert_eq!(
-            config.snapshot_policy,
-            SnapshotPolicy::LogsSinceLast(20_000)
-        );
+        assert_eq!((config.election_timeout_min, config.election_timeout_max), (1000, 2000));
+        assert_eq!(config.snapshot_policy, SnapshotPolicy::LogsSinceLast(20_000));
         assert_eq!(config.max_in_snapshot_log_to_keep, 1000);
         assert_eq!(config.purge_batch_size, 256);
     }
@@ -141,14 +130,8 @@ mod tests {
     #[tokio::test]
     async fn single_node_network_client_reports_every_rpc_unreachable() {
         let mut client = SingleNodeNetwork.new_client(2, &BasicNode::default()).await;
-        let rpc = VoteRequest {
-            vote: Vote::new(1, 1),
-            last_log_id: None,
-        };
-        let err = client
-            .vote(rpc, RPCOption::new(std::time::Duration::from_millis(10)))
-            .await
-            .expect_err("no peers");
+        let rpc = VoteRequest { vote: Vote::new(1, 1), last_log_id: None };
+        let err = client.vote(rpc, RPCOption::new(std::time::Duration::from_millis(10))).await.expect_err("no peers");
         assert!(matches!(err, RPCError::Unreachable(_)), "{err:?}");
         assert!(err.to_string().contains("node 2"), "{err}");
     }

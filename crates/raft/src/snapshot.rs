@@ -24,22 +24,14 @@ const KEY_DATA: &[u8] = b"current_data";
 /// What a snapshot's bytes decode to.
 #[derive(Debug, Deserialize)]
 pub(crate) enum SnapshotPayload {
-    V1 {
-        last_applied: Option<LogId>,
-        last_membership: StoredMembership,
-        state: ClusterState,
-    },
+    V1 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
 }
 
 /// The borrowed twin of [`SnapshotPayload`], so a snapshot is encoded
 /// straight from the live state without a copy. Same variants, same order.
 #[derive(Serialize)]
 enum SnapshotPayloadRef<'a> {
-    V1 {
-        last_applied: &'a Option<LogId>,
-        last_membership: &'a StoredMembership,
-        state: &'a ClusterState,
-    },
+    V1 { last_applied: &'a Option<LogId>, last_membership: &'a StoredMembership, state: &'a ClusterState },
 }
 
 /// Encodes a snapshot of `state` as of `last_applied`.
@@ -48,14 +40,7 @@ pub(crate) fn encode_payload(
     last_membership: &StoredMembership,
     state: &ClusterState,
 ) -> Result<Vec<u8>, Error> {
-    encode(
-        "snapshot",
-        &SnapshotPayloadRef::V1 {
-            last_applied,
-            last_membership,
-            state,
-        },
-    )
+    encode("snapshot", &SnapshotPayloadRef::V1 { last_applied, last_membership, state })
 }
 
 /// Decodes a snapshot's bytes and checks they say what `meta` says.
@@ -63,11 +48,7 @@ pub(crate) fn decode_payload(
     meta: &SnapshotMeta,
     data: &[u8],
 ) -> Result<(Option<LogId>, StoredMembership, ClusterState), Error> {
-    let SnapshotPayload::V1 {
-        last_applied,
-        last_membership,
-        state,
-    } = decode("snapshot", data)?;
+    let SnapshotPayload::V1 { last_applied, last_membership, state } = decode("snapshot", data)?;
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
             "snapshot {} holds state as of {last_applied:?} with membership {last_membership:?}, \
@@ -92,11 +73,7 @@ pub(crate) struct SnapshotStore {
 
 impl SnapshotStore {
     pub(crate) fn open(db: &sled::Db) -> Result<Self, Error> {
-        Ok(Self {
-            db: db.clone(),
-            tree: db.open_tree(SNAPSHOT_TREE)?,
-            replace: Arc::new(Mutex::new(())),
-        })
+        Ok(Self { db: db.clone(), tree: db.open_tree(SNAPSHOT_TREE)?, replace: Arc::new(Mutex::new(())) })
     }
 
     /// The current snapshot's metadata and bytes, if one was saved.
@@ -105,12 +82,10 @@ impl SnapshotStore {
             return Ok(None);
         };
         let meta: SnapshotMeta = decode("snapshot metadata", &meta_bytes)?;
-        let data = self.tree.get(KEY_DATA)?.ok_or_else(|| {
-            Error::Corrupt(format!(
-                "snapshot {} has metadata but no data",
-                meta.snapshot_id
-            ))
-        })?;
+        let data = self
+            .tree
+            .get(KEY_DATA)?
+            .ok_or_else(|| Error::Corrupt(format!("snapshot {} has metadata but no data", meta.snapshot_id)))?;
         Ok(Some((meta, data.to_vec())))
     }
 
@@ -145,10 +120,7 @@ mod tests {
     #[test]
     fn payload_decodes_what_the_borrowed_twin_encodes() {
         let mut state = ClusterState::default();
-        state.apply(&hookraft_core::Command::AssignShards {
-            now_ms: 1,
-            grants: vec![(3, 9)],
-        });
+        state.apply(&hookraft_core::Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] });
         let last_applied = Some(LogId::new(openraft::CommittedLeaderId::new(2, 1), 7));
         let membership = StoredMembership::default();
         let data = encode_payload(&last_applied, &membership, &state).expect("encodes");
@@ -158,10 +130,7 @@ mod tests {
             snapshot_id: "2-7-1".into(),
         };
         let (applied, members, decoded) = decode_payload(&meta, &data).expect("decodes");
-        assert_eq!(
-            (applied, members, decoded),
-            (last_applied, membership, state)
-        );
+        assert_eq!((applied, members, decoded), (last_applied, membership, state));
     }
 
     #[test]
@@ -173,9 +142,6 @@ mod tests {
             last_membership: StoredMembership::default(),
             snapshot_id: "1-3-1".into(),
         };
-        assert!(matches!(
-            decode_payload(&meta, &data),
-            Err(Error::Corrupt(_))
-        ));
+        assert!(matches!(decode_payload(&meta, &data), Err(Error::Corrupt(_))));
     }
 }

@@ -20,8 +20,8 @@ use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshot
 
 use crate::snapshot::{SnapshotStore, decode_payload, encode_payload};
 use crate::{
-    ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError,
-    StoredMembership, TypeConfig,
+    ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig,
 };
 
 /// Told about every command the moment it is applied, on every replica.
@@ -89,9 +89,7 @@ impl StateHandle {
     /// still return the state (which openraft has stopped changing, since a
     /// failed apply shuts the node's Raft down).
     pub fn read(&self) -> StateRef<'_> {
-        StateRef {
-            guard: self.applied.read().unwrap_or_else(PoisonError::into_inner),
-        }
+        StateRef { guard: self.applied.read().unwrap_or_else(PoisonError::into_inner) }
     }
 
     /// The log id of the last applied entry.
@@ -131,38 +129,25 @@ pub struct StateMachineStore {
 impl StateMachineStore {
     /// Opens the state machine over `db`, starting from the persisted
     /// snapshot if there is one, else from an empty state.
-    pub fn open(
-        db: &sled::Db,
-        observer: Option<Arc<dyn ApplyObserver>>,
-    ) -> Result<(Self, StateHandle), Error> {
+    pub fn open(db: &sled::Db, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
         let snapshots = SnapshotStore::open(db)?;
         let applied = match snapshots.load()? {
             Some((meta, data)) => {
                 let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
                 tracing::info!(snapshot = %meta, "state machine restored from snapshot");
-                Applied {
-                    state,
-                    last_applied,
-                    last_membership,
-                }
+                Applied { state, last_applied, last_membership }
             }
             None => Applied::default(),
         };
         let applied = Arc::new(RwLock::new(applied));
-        let store = Self {
-            applied: applied.clone(),
-            snapshots,
-            observer,
-            snapshots_built: Arc::new(AtomicU64::new(0)),
-        };
+        let store =
+            Self { applied: applied.clone(), snapshots, observer, snapshots_built: Arc::new(AtomicU64::new(0)) };
         Ok((store, StateHandle { applied }))
     }
 
     /// A read-only handle on this state machine's state.
     pub fn handle(&self) -> StateHandle {
-        StateHandle {
-            applied: self.applied.clone(),
-        }
+        StateHandle { applied: self.applied.clone() }
     }
 
     fn read(&self) -> Result<RwLockReadGuard<'_, Applied>, Error> {
@@ -220,12 +205,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let (meta, data) = {
             let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
-            let data = encode_payload(
-                &applied.last_applied,
-                &applied.last_membership,
-                &applied.state,
-            )
-            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
+            let data = encode_payload(&applied.last_applied, &applied.last_membership, &applied.state)
+                .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
             let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,
@@ -234,15 +215,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             };
             (meta, data)
         };
-        self.snapshots
-            .save(&meta, &data)
-            .await
-            .map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        self.snapshots.save(&meta, &data).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
         tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built");
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
 
@@ -285,22 +260,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let data = snapshot.into_inner();
         let (last_applied, last_membership, state) =
             decode_payload(meta, &data).map_err(snapshot_error(meta, ErrorVerb::Read))?;
-        let stored = self
-            .snapshots
-            .save(meta, &data)
-            .await
-            .map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        let stored = self.snapshots.save(meta, &data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
         if !stored {
             // Only a snapshot built concurrently from a later applied state
             // can be newer, and openraft installs only past what was applied.
             tracing::warn!(snapshot = %meta, "installed a snapshot older than the stored one");
         }
         let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
-        *applied = Applied {
-            state,
-            last_applied,
-            last_membership,
-        };
+        *applied = Applied { state, last_applied, last_membership };
         if let Some(observer) = &self.observer {
             observer.snapshot_installed(&applied.state);
         }
@@ -309,14 +276,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let current = self
-            .snapshots
-            .load()
-            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
-        Ok(current.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        let current = self.snapshots.load().map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
+        Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 }
 

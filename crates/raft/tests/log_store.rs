@@ -14,15 +14,8 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 fn entry(term: u64, index: u64) -> Entry {
-    let payload = if index.is_multiple_of(2) {
-        EntryPayload::Blank
-    } else {
-        EntryPayload::Normal(Command::Noop)
-    };
-    Entry {
-        log_id: log_id(term, index),
-        payload,
-    }
+    let payload = if index.is_multiple_of(2) { EntryPayload::Blank } else { EntryPayload::Normal(Command::Noop) };
+    Entry { log_id: log_id(term, index), payload }
 }
 
 fn open(dir: &Path) -> SledLogStore {
@@ -38,21 +31,12 @@ async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
         let mut store = open(dir.path());
-        store
-            .blocking_append((0..=10).map(|i| entry(1, i)))
-            .await
-            .expect("append");
+        store.blocking_append((0..=10).map(|i| entry(1, i))).await.expect("append");
         store.truncate(log_id(1, 8)).await.expect("truncate");
-        store
-            .blocking_append([entry(2, 8)])
-            .await
-            .expect("append after truncate");
+        store.blocking_append([entry(2, 8)]).await.expect("append after truncate");
         store.purge(log_id(1, 3)).await.expect("purge");
         store.save_vote(&Vote::new(2, 1)).await.expect("save vote");
-        store
-            .save_committed(Some(log_id(2, 8)))
-            .await
-            .expect("save committed");
+        store.save_committed(Some(log_id(2, 8))).await.expect("save committed");
         // A final append fsyncs the committed id too.
         store.blocking_append([entry(2, 9)]).await.expect("append");
     }
@@ -61,53 +45,25 @@ async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
     let state = store.get_log_state().await.expect("log state");
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
     assert_eq!(state.last_log_id, Some(log_id(2, 9)));
-    assert_eq!(
-        store.read_vote().await.expect("read vote"),
-        Some(Vote::new(2, 1))
-    );
-    assert_eq!(
-        store.read_committed().await.expect("read committed"),
-        Some(log_id(2, 8))
-    );
+    assert_eq!(store.read_vote().await.expect("read vote"), Some(Vote::new(2, 1)));
+    assert_eq!(store.read_committed().await.expect("read committed"), Some(log_id(2, 8)));
 
-    let entries = store
-        .try_get_log_entries(0..100)
-        .await
-        .expect("read entries");
+    let entries = store.try_get_log_entries(0..100).await.expect("read entries");
     assert_eq!(indexes(&entries), (4..=9).collect::<Vec<_>>());
-    assert_eq!(
-        entries[4].log_id,
-        log_id(2, 8),
-        "the truncated entry was replaced"
-    );
+    assert_eq!(entries[4].log_id, log_id(2, 8), "the truncated entry was replaced");
     let mut reader = store.get_log_reader().await;
-    assert_eq!(
-        indexes(&reader.limited_get_log_entries(5, 7).await.expect("read")),
-        vec![5, 6]
-    );
-    assert!(
-        reader
-            .try_get_log_entries(7..7)
-            .await
-            .expect("empty range")
-            .is_empty()
-    );
+    assert_eq!(indexes(&reader.limited_get_log_entries(5, 7).await.expect("read")), vec![5, 6]);
+    assert!(reader.try_get_log_entries(7..7).await.expect("empty range").is_empty());
 }
 
 #[tokio::test]
 async fn purging_every_entry_keeps_the_purge_point_as_last_log_id() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut store = open(dir.path());
-    store
-        .blocking_append((0..5).map(|i| entry(1, i)))
-        .await
-        .expect("append");
+    store.blocking_append((0..5).map(|i| entry(1, i))).await.expect("append");
     store.purge(log_id(1, 4)).await.expect("purge");
     let state = store.get_log_state().await.expect("log state");
-    assert_eq!(
-        (state.last_purged_log_id, state.last_log_id),
-        (Some(log_id(1, 4)), Some(log_id(1, 4)))
-    );
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(1, 4)), Some(log_id(1, 4))));
 }
 
 #[test]
@@ -116,17 +72,12 @@ fn store_of_another_format_version_is_refused() {
     {
         let db = sled::open(dir.path()).expect("open sled");
         let meta = db.open_tree("raft_meta").expect("meta tree");
-        let version =
-            bincode::serde::encode_to_vec(99u32, bincode::config::standard()).expect("encode");
+        let version = bincode::serde::encode_to_vec(99u32, bincode::config::standard()).expect("encode");
         meta.insert("format_version", version).expect("insert");
         db.flush().expect("flush");
     }
     match open_sled(dir.path(), None) {
-        Err(Error::UnsupportedFormat {
-            found: 99,
-            expected: 1,
-            ..
-        }) => {}
+        Err(Error::UnsupportedFormat { found: 99, expected: 1, .. }) => {}
         Err(other) => panic!("unexpected error {other}"),
         Ok(_) => panic!("a store of format version 99 was opened"),
     }

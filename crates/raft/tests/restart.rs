@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use hookraft_core::{ClusterState, Command, Response};
 use hookraft_raft::{
-    ApplyObserver, Error, Raft, SingleNodeNetwork, SledLogStore, StateHandle, StateMachineStore,
-    open_sled, raft_config,
+    ApplyObserver, Error, Raft, SingleNodeNetwork, SledLogStore, StateHandle, StateMachineStore, open_sled, raft_config,
 };
 use openraft::{BasicNode, ServerState};
 
@@ -55,47 +54,23 @@ async fn open_when_released(
             }
         }
     };
-    tokio::time::timeout(DEADLINE, attempts)
-        .await
-        .expect("the previous raft releases the store")
+    tokio::time::timeout(DEADLINE, attempts).await.expect("the previous raft releases the store")
 }
 
 async fn launch(log_store: SledLogStore, state_machine: StateMachineStore) -> Raft {
-    Raft::new(
-        NODE,
-        Arc::new(raft_config()),
-        SingleNodeNetwork,
-        log_store,
-        state_machine,
-    )
-    .await
-    .expect("start raft")
+    Raft::new(NODE, Arc::new(raft_config()), SingleNodeNetwork, log_store, state_machine).await.expect("start raft")
 }
 
 async fn wait_for_leadership(raft: &Raft) {
-    raft.wait(Some(DEADLINE))
-        .state(ServerState::Leader, "node 1 leads")
-        .await
-        .expect("becomes leader");
+    raft.wait(Some(DEADLINE)).state(ServerState::Leader, "node 1 leads").await.expect("becomes leader");
 }
 
 async fn write(raft: &Raft, command: Command) -> Response {
-    raft.client_write(command)
-        .await
-        .expect("write commits")
-        .data
+    raft.client_write(command).await.expect("write commits").data
 }
 
 async fn assign_shard(raft: &Raft, shard: u16) -> u64 {
-    match write(
-        raft,
-        Command::AssignShards {
-            now_ms: 1,
-            grants: vec![(shard, NODE)],
-        },
-    )
-    .await
-    {
+    match write(raft, Command::AssignShards { now_ms: 1, grants: vec![(shard, NODE)] }).await {
         Response::ShardsAssigned { tokens } => tokens[0].1,
         other => panic!("unexpected response {other:?}"),
     }
@@ -107,9 +82,7 @@ async fn state_after_restart_equals_state_before_from_snapshot_plus_log() {
     let observer = Arc::new(RecordingObserver::default());
     let (log_store, state_machine, handle) = open_when_released(dir.path(), observer.clone()).await;
     let raft = launch(log_store, state_machine).await;
-    raft.initialize(BTreeMap::from([(NODE, BasicNode::default())]))
-        .await
-        .expect("initialize");
+    raft.initialize(BTreeMap::from([(NODE, BasicNode::default())])).await.expect("initialize");
     wait_for_leadership(&raft).await;
 
     for expected_token in 1..=4 {
@@ -120,19 +93,12 @@ async fn state_after_restart_equals_state_before_from_snapshot_plus_log() {
     assert_eq!(handle.read().last_token, 4);
     assert_eq!(observer.commands.load(Ordering::SeqCst), 8);
     let seen = observer.tokens.lock().expect("observer lock").clone();
-    assert_eq!(
-        seen,
-        vec![(1, 1), (2, 2), (3, 3), (4, 4)],
-        "the observer sees the state right after each command"
-    );
+    assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3), (4, 4)], "the observer sees the state right after each command");
 
     let snapshot_at = handle.last_applied().expect("entries were applied");
     raft.trigger().snapshot().await.expect("trigger a snapshot");
     raft.wait(Some(DEADLINE))
-        .metrics(
-            |m| m.snapshot.map(|s| s.index) >= Some(snapshot_at.index),
-            "snapshot built",
-        )
+        .metrics(|m| m.snapshot.map(|s| s.index) >= Some(snapshot_at.index), "snapshot built")
         .await
         .expect("snapshot is built");
 
@@ -150,37 +116,19 @@ async fn state_after_restart_equals_state_before_from_snapshot_plus_log() {
     let (log_store, state_machine, handle) = open_when_released(dir.path(), observer.clone()).await;
     {
         let restored = handle.read();
-        assert_eq!(
-            restored.last_applied().map(|id| id.index),
-            Some(snapshot_at.index),
-            "restored from the snapshot"
-        );
-        assert_eq!(
-            restored.last_token, 4,
-            "entries after the snapshot are not applied yet"
-        );
+        assert_eq!(restored.last_applied().map(|id| id.index), Some(snapshot_at.index), "restored from the snapshot");
+        assert_eq!(restored.last_token, 4, "entries after the snapshot are not applied yet");
     }
     // openraft re-applies the committed log after the snapshot on start.
     let raft = launch(log_store, state_machine).await;
     wait_for_leadership(&raft).await;
     raft.wait(Some(DEADLINE))
-        .applied_index_at_least(
-            Some(applied_before.index),
-            "log after the snapshot replayed",
-        )
+        .applied_index_at_least(Some(applied_before.index), "log after the snapshot replayed")
         .await
         .expect("log is replayed");
 
     assert_eq!(*handle.read(), before);
-    assert_eq!(
-        observer.commands.load(Ordering::SeqCst),
-        6,
-        "replayed commands are observed"
-    );
-    assert_eq!(
-        assign_shard(&raft, 2).await,
-        8,
-        "tokens keep increasing after the restart"
-    );
+    assert_eq!(observer.commands.load(Ordering::SeqCst), 6, "replayed commands are observed");
+    assert_eq!(assign_shard(&raft, 2).await, 8, "tokens keep increasing after the restart");
     raft.shutdown().await.expect("shutdown");
 }

@@ -12,10 +12,10 @@ struct SledStoreBuilder;
 
 impl StoreBuilder<TypeConfig, SledLogStore, StateMachineStore, TempDir> for SledStoreBuilder {
     async fn build(&self) -> Result<(TempDir, SledLogStore, StateMachineStore), StorageError> {
-        let dir = tempfile::tempdir()
-            .map_err(|e| StorageError::from_io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
-        let (log_store, state_machine, _handle) = open_sled(dir.path(), None)
-            .map_err(|e| e.storage(ErrorSubject::Store, ErrorVerb::Read))?;
+        let dir =
+            tempfile::tempdir().map_err(|e| StorageError::from_io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
+        let (log_store, state_machine, _handle) =
+            open_sled(dir.path(), None).map_err(|e| e.storage(ErrorSubject::Store, ErrorVerb::Read))?;
         Ok((dir, log_store, state_machine))
     }
 }

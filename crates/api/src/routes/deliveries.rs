@@ -41,7 +41,10 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
-async fn list(State(ctx): State<Arc<ApiContext>>, query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>) -> ApiResult<axum::Json<Value>> {
+async fn list(
+    State(ctx): State<Arc<ApiContext>>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<axum::Json<Value>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
     let state_filter = q
         .state
@@ -52,15 +55,23 @@ async fn list(State(ctx): State<Arc<ApiContext>>, query: Result<Query<ListQuery>
             })
         })
         .transpose()?;
-    let endpoint: Option<EndpointId> =
-        q.endpoint_id.as_deref().map(|e| e.parse().map_err(|e| Problem::malformed(format!("endpoint_id: {e}")))).transpose()?;
-    let event: Option<EventId> =
-        q.event_id.as_deref().map(|e| e.parse().map_err(|e| Problem::malformed(format!("event_id: {e}")))).transpose()?;
+    let endpoint: Option<EndpointId> = q
+        .endpoint_id
+        .as_deref()
+        .map(|e| e.parse().map_err(|e| Problem::malformed(format!("endpoint_id: {e}"))))
+        .transpose()?;
+    let event: Option<EventId> = q
+        .event_id
+        .as_deref()
+        .map(|e| e.parse().map_err(|e| Problem::malformed(format!("event_id: {e}"))))
+        .transpose()?;
     let limit = match q.limit.as_deref() {
         None => LIMIT_DEFAULT,
-        Some(l) => l.parse::<usize>().ok().filter(|l| (1..=LIMIT_MAX).contains(l)).ok_or_else(|| {
-            Problem::malformed(format!("limit must be between 1 and {LIMIT_MAX}, got `{l}`"))
-        })?,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=LIMIT_MAX).contains(l))
+            .ok_or_else(|| Problem::malformed(format!("limit must be between 1 and {LIMIT_MAX}, got `{l}`")))?,
     };
     let after: Bound<DeliveryId> = match q.cursor.as_deref() {
         None | Some("") => Bound::Unbounded,

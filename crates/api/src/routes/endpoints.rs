@@ -45,7 +45,10 @@ struct CreateEndpoint {
     retry: Option<RetryInput>,
 }
 
-async fn create(State(ctx): State<Arc<ApiContext>>, JsonBody(body): JsonBody<CreateEndpoint>) -> ApiResult<impl IntoResponse> {
+async fn create(
+    State(ctx): State<Arc<ApiContext>>,
+    JsonBody(body): JsonBody<CreateEndpoint>,
+) -> ApiResult<impl IntoResponse> {
     let url = validate::url(&body.url, ctx.allow_private_targets)?;
     if let Some(types) = &body.event_types {
         validate::event_types(types)?;
@@ -55,7 +58,7 @@ async fn create(State(ctx): State<Arc<ApiContext>>, JsonBody(body): JsonBody<Cre
     }
     let secret = match &body.secret {
         Some(text) => Secret::parse(text).map_err(|e| Problem::invalid(format!("secret: {e}")))?,
-        None => ctx.with_rng(|rng| Secret::generate(rng)),
+        None => ctx.with_rng(Secret::generate),
     };
     let now_ms = ctx.clock.wall_ms();
     let endpoint = Endpoint {
@@ -76,7 +79,7 @@ async fn create(State(ctx): State<Arc<ApiContext>>, JsonBody(body): JsonBody<Cre
         updated_at_ms: now_ms,
     };
     let id = endpoint.id.clone();
-    commit(&ctx, Command::RegisterEndpoint { endpoint }).await?;
+    commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
     Ok((StatusCode::CREATED, axum::Json(endpoint_view(&ctx, &id)?)))
 }
 
@@ -166,7 +169,7 @@ async fn rotate_secret(
     let id: EndpointId = parse_id(&id)?;
     let secret = match &body.secret {
         Some(text) => Secret::parse(text).map_err(|e| Problem::invalid(format!("secret: {e}")))?,
-        None => ctx.with_rng(|rng| Secret::generate(rng)),
+        None => ctx.with_rng(Secret::generate),
     };
     let grace_ms = match body.grace_period_s {
         Some(s) if s > GRACE_PERIOD_S_MAX => {
@@ -204,7 +207,9 @@ async fn replay_dead(
     }
     let time = |field: &str, value: Option<String>| -> ApiResult<Option<u64>> {
         value
-            .map(|v| parse_rfc3339_ms(&v).ok_or_else(|| Problem::invalid(format!("{field}: `{v}` is not an RFC 3339 time"))))
+            .map(|v| {
+                parse_rfc3339_ms(&v).ok_or_else(|| Problem::invalid(format!("{field}: `{v}` is not an RFC 3339 time")))
+            })
             .transpose()
     };
     let since_ms = time("since", body.since)?;
@@ -212,7 +217,9 @@ async fn replay_dead(
     let target = ReplayTarget::EndpointDead { endpoint_id, since_ms, until_ms };
     let now_ms = ctx.clock.wall_ms();
     match commit(&ctx, Command::Replay { now_ms, target }).await? {
-        Response::Replayed { deliveries } => Ok((StatusCode::ACCEPTED, axum::Json(json!({ "replayed": deliveries.len() })))),
+        Response::Replayed { deliveries } => {
+            Ok((StatusCode::ACCEPTED, axum::Json(json!({ "replayed": deliveries.len() }))))
+        }
         other => Err(Problem::internal(format!("unexpected response {other:?}"))),
     }
 }

@@ -111,7 +111,10 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 /// 202 with the event and its deliveries, or 200 + `Idempotent-Replay: true`.
 fn answer(ctx: &ApiContext, event_id: &EventId, replay: bool) -> ApiResult<Response> {
     let state = ctx.state.read();
-    let event = state.events.get(event_id).ok_or_else(|| Problem::internal(format!("committed event {event_id} is missing")))?;
+    let event = state
+        .events
+        .get(event_id)
+        .ok_or_else(|| Problem::internal(format!("committed event {event_id} is missing")))?;
     let deliveries: Vec<(&Delivery, _)> =
         event.deliveries.iter().filter_map(|d| state.deliveries.get(d)).map(|d| (d, d.initial_state)).collect();
     let body = axum::Json(views::ingest_answer(event, &deliveries));

@@ -42,17 +42,45 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
     let mut out = String::with_capacity(4_096);
     let a = &ctx.metrics;
     counter(&mut out, "hookraft_ingest_accepted_total", "Events accepted (committed).", load(&a.events_accepted_total));
-    counter(&mut out, "hookraft_ingest_rejected_total", "Event posts refused with a problem.", load(&a.events_rejected_total));
-    counter(&mut out, "hookraft_ingest_idempotent_replays_total", "Posts answered from an earlier Idempotency-Key.", load(&a.events_idempotent_replays_total));
-    counter(&mut out, "hookraft_ingest_unavailable_total", "Posts answered 503 (no leader).", load(&a.ingest_unavailable_total));
-    counter(&mut out, "hookraft_commit_latency_ms_sum", "Sum of ingest commit latencies.", load(&a.commit_latency_sum_ms));
+    counter(
+        &mut out,
+        "hookraft_ingest_rejected_total",
+        "Event posts refused with a problem.",
+        load(&a.events_rejected_total),
+    );
+    counter(
+        &mut out,
+        "hookraft_ingest_idempotent_replays_total",
+        "Posts answered from an earlier Idempotency-Key.",
+        load(&a.events_idempotent_replays_total),
+    );
+    counter(
+        &mut out,
+        "hookraft_ingest_unavailable_total",
+        "Posts answered 503 (no leader).",
+        load(&a.ingest_unavailable_total),
+    );
+    counter(
+        &mut out,
+        "hookraft_commit_latency_ms_sum",
+        "Sum of ingest commit latencies.",
+        load(&a.commit_latency_sum_ms),
+    );
     counter(&mut out, "hookraft_commit_latency_ms_count", "Ingest commits measured.", load(&a.commit_latency_count));
     gauge(&mut out, "hookraft_raft_term", "Current Raft term.", ctx.cluster.term());
-    counter(&mut out, "hookraft_raft_leader_changes_total", "Leader changes seen by this node.", ctx.cluster.leader_changes());
+    counter(
+        &mut out,
+        "hookraft_raft_leader_changes_total",
+        "Leader changes seen by this node.",
+        ctx.cluster.leader_changes(),
+    );
     gauge(&mut out, "hookraft_lease_valid", "1 when this node's lease is valid.", u64::from(ctx.cluster.lease_valid()));
 
     let d = &ctx.delivery_metrics;
-    let _ = writeln!(out, "# HELP hookraft_deliveries_total Attempt outcomes by result.\n# TYPE hookraft_deliveries_total counter");
+    let _ = writeln!(
+        out,
+        "# HELP hookraft_deliveries_total Attempt outcomes by result.\n# TYPE hookraft_deliveries_total counter"
+    );
     for (outcome, value) in [
         ("delivered", &d.delivered_total),
         ("retried", &d.retried_total),
@@ -62,20 +90,55 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
         let _ = writeln!(out, "hookraft_deliveries_total{{outcome=\"{outcome}\"}} {}", load(value));
     }
     counter(&mut out, "hookraft_attempts_total", "Attempts started.", load(&d.attempts_total));
-    let _ = writeln!(out, "# HELP hookraft_attempt_latency_ms Attempt latency.\n# TYPE hookraft_attempt_latency_ms histogram");
+    let _ = writeln!(
+        out,
+        "# HELP hookraft_attempt_latency_ms Attempt latency.\n# TYPE hookraft_attempt_latency_ms histogram"
+    );
     for (bound, bucket) in LATENCY_BUCKETS_MS.iter().zip(&d.latency_buckets) {
         let _ = writeln!(out, "hookraft_attempt_latency_ms_bucket{{le=\"{bound}\"}} {}", load(bucket));
     }
     let _ = writeln!(out, "hookraft_attempt_latency_ms_bucket{{le=\"+Inf\"}} {}", load(&d.latency_count));
-    let _ = writeln!(out, "hookraft_attempt_latency_ms_sum {}\nhookraft_attempt_latency_ms_count {}", load(&d.latency_sum_ms), load(&d.latency_count));
-    let _ = writeln!(out, "# HELP hookraft_breaker_transitions_total Circuit breaker transitions by new state.\n# TYPE hookraft_breaker_transitions_total counter");
-    for (to, value) in [("open", &d.breaker_opened_total), ("half_open", &d.breaker_half_open_total), ("closed", &d.breaker_closed_total)] {
+    let _ = writeln!(
+        out,
+        "hookraft_attempt_latency_ms_sum {}\nhookraft_attempt_latency_ms_count {}",
+        load(&d.latency_sum_ms),
+        load(&d.latency_count)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hookraft_breaker_transitions_total Circuit breaker transitions by new state.\n# TYPE hookraft_breaker_transitions_total counter"
+    );
+    for (to, value) in [
+        ("open", &d.breaker_opened_total),
+        ("half_open", &d.breaker_half_open_total),
+        ("closed", &d.breaker_closed_total),
+    ] {
         let _ = writeln!(out, "hookraft_breaker_transitions_total{{to=\"{to}\"}} {}", load(value));
     }
-    counter(&mut out, "hookraft_breaker_rejections_total", "Attempts held back by an open breaker.", load(&d.breaker_rejections_total));
-    counter(&mut out, "hookraft_rate_limited_total", "Attempts held back by a rate limit.", load(&d.rate_limited_total));
-    counter(&mut out, "hookraft_lease_refusals_total", "Sends refused because the lease was not valid.", load(&d.lease_refusals_total));
-    counter(&mut out, "hookraft_actor_restarts_total", "Endpoint actors restarted after a crash.", load(&d.actor_restarts_total));
+    counter(
+        &mut out,
+        "hookraft_breaker_rejections_total",
+        "Attempts held back by an open breaker.",
+        load(&d.breaker_rejections_total),
+    );
+    counter(
+        &mut out,
+        "hookraft_rate_limited_total",
+        "Attempts held back by a rate limit.",
+        load(&d.rate_limited_total),
+    );
+    counter(
+        &mut out,
+        "hookraft_lease_refusals_total",
+        "Sends refused because the lease was not valid.",
+        load(&d.lease_refusals_total),
+    );
+    counter(
+        &mut out,
+        "hookraft_actor_restarts_total",
+        "Endpoint actors restarted after a crash.",
+        load(&d.actor_restarts_total),
+    );
     gauge(&mut out, "hookraft_queue_depth", "Deliveries queued in this node's endpoint actors.", load(&d.queue_depth));
     gauge(&mut out, "hookraft_attempts_in_flight", "Attempts under way on this node.", ctx.in_flight.len() as u64);
     let stale = ctx.state.read().outcomes_rejected_stale;

@@ -26,7 +26,8 @@ impl ClusterState {
         let mut tokens = Vec::with_capacity(grants.len());
         for &(shard, node) in grants {
             self.last_token += 1;
-            self.shards[shard as usize] = ShardGrant { owner: Some(node), token: self.last_token, granted_at_ms: now_ms };
+            self.shards[shard as usize] =
+                ShardGrant { owner: Some(node), token: self.last_token, granted_at_ms: now_ms };
             tokens.push((shard, self.last_token));
         }
         Response::ShardsAssigned { tokens }

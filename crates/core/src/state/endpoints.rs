@@ -24,8 +24,16 @@ impl ClusterState {
 
     pub(super) fn update_endpoint(&mut self, id: &EndpointId, patch: &EndpointPatch, now_ms: u64) -> Response {
         let Some(endpoint) = self.endpoints.get_mut(id) else { return not_found(id) };
-        let EndpointPatch { url, description, event_types, max_in_flight, rate_limit_per_s, timeout_ms, retry, disabled } =
-            patch.clone();
+        let EndpointPatch {
+            url,
+            description,
+            event_types,
+            max_in_flight,
+            rate_limit_per_s,
+            timeout_ms,
+            retry,
+            disabled,
+        } = patch.clone();
         if let Some(url) = url {
             endpoint.url = url;
         }

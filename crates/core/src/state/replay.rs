@@ -51,7 +51,9 @@ impl ClusterState {
         match self.endpoints.get(endpoint_id) {
             None => Some(Response::NotFound { what: format!("endpoint {endpoint_id}") }),
             Some(e) if e.disabled => Some(Response::Conflict {
-                detail: format!("endpoint {endpoint_id} is disabled; enable it (PATCH disabled=false) before replaying"),
+                detail: format!(
+                    "endpoint {endpoint_id} is disabled; enable it (PATCH disabled=false) before replaying"
+                ),
             }),
             Some(_) => None,
         }

@@ -49,7 +49,7 @@ fn state_with(endpoints: &[Endpoint]) -> ClusterState {
     let grants = (0..SHARD_COUNT).map(|s| (s, NODE)).collect();
     state.apply(&Command::AssignShards { now_ms: 1, grants });
     for e in endpoints {
-        assert_eq!(state.apply(&Command::RegisterEndpoint { endpoint: e.clone() }), Response::Ok);
+        assert_eq!(state.apply(&Command::RegisterEndpoint { endpoint: Box::new(e.clone()) }), Response::Ok);
     }
     state
 }
@@ -95,9 +95,11 @@ fn fan_out_follows_event_types_and_skips_disabled_endpoints() {
     let mut state = state_with(&[a.clone(), ab.clone(), all.clone(), off.clone()]);
 
     let to = |d: Vec<(DeliveryId, EndpointId)>| d.into_iter().map(|(_, e)| e).collect::<BTreeSet<_>>();
-    let got_a = to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] })));
+    let got_a =
+        to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] })));
     assert_eq!(got_a, BTreeSet::from([a.id.clone(), ab.id.clone(), all.id.clone()]));
-    let got_b = to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "b", None, None)] })));
+    let got_b =
+        to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "b", None, None)] })));
     assert_eq!(got_b, BTreeSet::from([ab.id.clone(), all.id.clone()]));
     state.check_invariants().unwrap();
 }
@@ -156,8 +158,9 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
     let mut rng = StdRng::seed_from_u64(5);
     let a = endpoint(&mut rng, None);
     let mut state = state_with(&[a]);
-    let (id, endpoint_id) = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-        .remove(0);
+    let (id, endpoint_id) =
+        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0);
     for _ in 0..2 {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
@@ -179,9 +182,10 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
 fn outcome_with_a_stale_token_or_wrong_node_is_rejected_and_counted() {
     let mut rng = StdRng::seed_from_u64(6);
     let a = endpoint(&mut rng, None);
-    let mut state = state_with(&[a.clone()]);
-    let (id, _) = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-        .remove(0);
+    let mut state = state_with(std::slice::from_ref(&a));
+    let (id, _) =
+        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0);
     let old = outcome(&state, &id, Some(200), Decision::Delivered);
     // The shard moves to node 2: the old grant's outcomes are now stale.
     state.apply(&Command::AssignShards { now_ms: 8, grants: vec![(a.id.shard(), 2)] });
@@ -201,7 +205,7 @@ fn outcome_with_a_stale_token_or_wrong_node_is_rejected_and_counted() {
 fn gone_disables_the_endpoint_and_dead_letters_its_queue() {
     let mut rng = StdRng::seed_from_u64(7);
     let a = endpoint(&mut rng, None);
-    let mut state = state_with(&[a.clone()]);
+    let mut state = state_with(std::slice::from_ref(&a));
     let events = (0..3).map(|_| event(&mut rng, "a", None, None)).collect();
     state.apply(&Command::IngestEvents { now_ms: 5, events });
     let first = state.active[&a.id].iter().next().unwrap().clone();
@@ -225,21 +229,24 @@ fn gone_disables_the_endpoint_and_dead_letters_its_queue() {
 fn bulk_replay_takes_dead_deliveries_in_the_window_only() {
     let mut rng = StdRng::seed_from_u64(8);
     let a = endpoint(&mut rng, None);
-    let mut state = state_with(&[a.clone()]);
+    let mut state = state_with(std::slice::from_ref(&a));
     for now_ms in [100, 200, 300] {
-        let id = created(state.apply(&Command::IngestEvents { now_ms, events: vec![event(&mut rng, "a", None, None)] }))
-            .remove(0)
-            .0;
+        let id =
+            created(state.apply(&Command::IngestEvents { now_ms, events: vec![event(&mut rng, "a", None, None)] }))
+                .remove(0)
+                .0;
         let o = outcome(&state, &id, Some(500), Decision::Dead { reason: "attempts exhausted".into() });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms, outcomes: vec![o] });
     }
     let target = |since_ms, until_ms| ReplayTarget::EndpointDead { endpoint_id: a.id.clone(), since_ms, until_ms };
-    let Response::Replayed { deliveries } = state.apply(&Command::Replay { now_ms: 400, target: target(Some(150), Some(300)) })
+    let Response::Replayed { deliveries } =
+        state.apply(&Command::Replay { now_ms: 400, target: target(Some(150), Some(300)) })
     else {
         panic!()
     };
     assert_eq!(deliveries.len(), 1);
-    let Response::Replayed { deliveries } = state.apply(&Command::Replay { now_ms: 400, target: target(None, None) }) else {
+    let Response::Replayed { deliveries } = state.apply(&Command::Replay { now_ms: 400, target: target(None, None) })
+    else {
         panic!()
     };
     assert_eq!(deliveries.len(), 2, "the one replayed already is no longer dead");
@@ -254,8 +261,9 @@ fn timeline_stays_bounded_and_keeps_received_first() {
     let mut rng = StdRng::seed_from_u64(9);
     let a = endpoint(&mut rng, None);
     let mut state = state_with(&[a]);
-    let (id, _) = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-        .remove(0);
+    let (id, _) =
+        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0);
     for i in 0..2_000 {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: i, outcomes: vec![o] });
@@ -291,7 +299,10 @@ fn every_grant_takes_a_strictly_greater_token() {
             last = token;
         }
     }
-    assert!(matches!(state.apply(&Command::AssignShards { now_ms: 9, grants: vec![(SHARD_COUNT, 1)] }), Response::Conflict { .. }));
+    assert!(matches!(
+        state.apply(&Command::AssignShards { now_ms: 9, grants: vec![(SHARD_COUNT, 1)] }),
+        Response::Conflict { .. }
+    ));
 }
 
 /// A random command drawn against the current state.
@@ -302,7 +313,7 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
     match pick % 6 {
         0 => {
             let types: Option<&[&str]> = if rng.random_bool(0.5) { Some(&["a"]) } else { None };
-            Command::RegisterEndpoint { endpoint: endpoint(rng, types) }
+            Command::RegisterEndpoint { endpoint: Box::new(endpoint(rng, types)) }
         }
         1 | 2 => Command::IngestEvents {
             now_ms,
@@ -324,7 +335,10 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
                 let patch = EndpointPatch { disabled: Some(rng.random_bool(0.5)), ..Default::default() };
                 Command::UpdateEndpoint { id, patch, now_ms }
             } else {
-                Command::Replay { now_ms, target: ReplayTarget::EndpointDead { endpoint_id: id, since_ms: None, until_ms: None } }
+                Command::Replay {
+                    now_ms,
+                    target: ReplayTarget::EndpointDead { endpoint_id: id, since_ms: None, until_ms: None },
+                }
             }
         }
         5 if !endpoint_ids.is_empty() => {
