@@ -6,6 +6,9 @@
 //! - [`node`]: [`TestNode`], one `hookraft serve` process with its own data
 //!   directory, port and log file; JSON helpers over its HTTP API; `kill9` and
 //!   `restart` for crash tests.
+//! - [`cluster`]: [`TestCluster`], three nodes forming one cluster, with
+//!   leader/owner lookups, `kill9`/`restart`/`sigstop`/`sigcont` per node, and
+//!   [`shard_of_endpoint`].
 //! - [`receiver`]: [`ScriptedReceiver`], an in-process webhook receiver whose
 //!   replies are scripted per path and which records every request and the
 //!   peak number of concurrently open requests per path.
@@ -30,6 +33,7 @@
 
 pub mod api;
 pub mod binary;
+pub mod cluster;
 pub mod node;
 pub mod poll;
 pub mod receiver;
@@ -40,6 +44,7 @@ pub use api::{
     wait_delivery_state,
 };
 pub use binary::locate_hookraft_binary;
+pub use cluster::{ClusterOptions, ClusterView, TestCluster, shard_of_endpoint};
 pub use node::{JsonResponse, NodeOptions, TestNode};
 pub use poll::{POLL_INTERVAL, eventually, wait_for};
 pub use receiver::{RecordedRequest, Reply, ScriptedReceiver};

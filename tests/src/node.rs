@@ -8,6 +8,13 @@
 //! The child inherits the environment minus every `HOOKRAFT_*` variable, so a
 //! developer's shell settings cannot change what a test exercises; set
 //! variables explicitly with [`NodeOptions::env`].
+//!
+//! A cluster node needs a port known before it starts (its peers name it):
+//! [`NodeOptions::port`] fixes it, [`TestNode::launch`] starts the process
+//! without waiting (no node of a cluster is ready before a majority runs) and
+//! [`TestNode::wait_until_ready`] waits. [`TestNode::sigstop`] and
+//! [`TestNode::sigcont`] pause and resume the process, as a long GC pause or a
+//! stalled VM would.
 
 use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
@@ -54,11 +61,21 @@ pub struct NodeOptions {
     pub env: Vec<(OsString, OsString)>,
     /// The binary to run; `None` means [`locate_hookraft_binary`].
     pub binary: Option<PathBuf>,
+    /// Listen on this port; `None` picks a free one (again on every start
+    /// attempt). Cluster nodes need it: their peers are told the port first.
+    pub port: Option<u16>,
 }
 
 impl Default for NodeOptions {
     fn default() -> Self {
-        Self { allow_private_targets: true, api_token: None, extra_args: Vec::new(), env: Vec::new(), binary: None }
+        Self {
+            allow_private_targets: true,
+            api_token: None,
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            binary: None,
+            port: None,
+        }
     }
 }
 
@@ -86,6 +103,22 @@ impl NodeOptions {
 
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
+        self
+    }
+
+    /// Listens on `127.0.0.1:<port>` on every start.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Appends several arguments after the standard ones.
+    pub fn args<I, A>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = A>,
+        A: Into<OsString>,
+    {
+        self.extra_args.extend(args.into_iter().map(Into::into));
         self
     }
 }
@@ -117,12 +150,12 @@ impl TestNode {
 
     /// Starts a node and waits until `GET /readyz` answers 200.
     pub async fn start_with(options: NodeOptions) -> Self {
-        let binary = options.binary.clone().unwrap_or_else(locate_hookraft_binary);
-        let dir = tempfile::Builder::new().prefix("hookraft-e2e-").tempdir().expect("create a temporary directory");
-        fs::create_dir_all(dir.path().join("data")).expect("create the data directory");
-        let client =
-            reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).build().expect("build the test HTTP client");
-        let mut node = Self { options, binary, dir, port: 0, child: None, client, starts: 0 };
+        if options.port.is_some() {
+            let mut node = Self::launch(options);
+            node.wait_until_ready().await;
+            return node;
+        }
+        let mut node = Self::unstarted(options);
         let mut last_exit = None;
         for _ in 0..START_ATTEMPTS_MAX {
             node.port = free_loopback_port();
@@ -136,7 +169,36 @@ impl TestNode {
         node.fail_start(&format!("exited before becoming ready on every attempt (last: {last_exit:?})"))
     }
 
+    /// Starts the process on the fixed port of `options` and returns at once,
+    /// without waiting for readiness (see [`TestNode::wait_until_ready`]).
+    /// Panics when `options.port` is `None`.
+    pub fn launch(options: NodeOptions) -> Self {
+        let port = options.port.expect("TestNode::launch needs a fixed port (NodeOptions::port)");
+        let mut node = Self::unstarted(options);
+        node.port = port;
+        let child = node.spawn().unwrap_or_else(|error| panic!("could not start {}: {error}", node.binary.display()));
+        node.child = Some(child);
+        node
+    }
+
+    /// Waits until `GET /readyz` answers 200; a process that exits first is
+    /// started again on the same port (a few times).
+    pub async fn wait_until_ready(&mut self) {
+        self.respawn_until_ready("did not become ready").await;
+    }
+
+    fn unstarted(options: NodeOptions) -> Self {
+        let binary = options.binary.clone().unwrap_or_else(locate_hookraft_binary);
+        let dir = tempfile::Builder::new().prefix("hookraft-e2e-").tempdir().expect("create a temporary directory");
+        fs::create_dir_all(dir.path().join("data")).expect("create the data directory");
+        let client =
+            reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).build().expect("build the test HTTP client");
+        let port = options.port.unwrap_or(0);
+        Self { options, binary, dir, port, child: None, client, starts: 0 }
+    }
+
     /// Kills the process with SIGKILL (no graceful shutdown) and reaps it.
+    /// Works on a stopped process too.
     pub async fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             // `kill` fails only when the process was already reaped.
@@ -149,21 +211,69 @@ impl TestNode {
     /// it first if it still runs) and waits until it is ready.
     pub async fn restart(&mut self) {
         self.kill9().await;
+        self.respawn_until_ready("did not become ready after a restart").await;
+    }
+
+    /// Whether a process was started and not killed (it may have exited by itself).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The process id, while a process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Pauses the process with SIGSTOP: it keeps its sockets but runs no code
+    /// (connections to it are accepted by the kernel and then hang).
+    pub fn sigstop(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a process paused with [`TestNode::sigstop`].
+    pub fn sigcont(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.pid().unwrap_or_else(|| panic!("node on port {} has no process to signal", self.port));
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .unwrap_or_else(|error| panic!("could not run `kill {signal} {pid}`: {error}"));
+        assert!(status.success(), "`kill {signal} {pid}` failed: {status}");
+    }
+
+    /// The options the node was started with.
+    pub fn options(&self) -> &NodeOptions {
+        &self.options
+    }
+
+    /// Spawns when no process runs, then waits for readiness; an early exit
+    /// (the port still held by a killed predecessor) is retried on the same port.
+    async fn respawn_until_ready(&mut self, context: &str) {
         let mut last_exit = None;
         for _ in 0..START_ATTEMPTS_MAX {
-            match self.spawn_and_wait_ready().await {
+            if self.child.is_none() {
+                let child =
+                    self.spawn().unwrap_or_else(|error| panic!("could not start {}: {error}", self.binary.display()));
+                self.child = Some(child);
+            }
+            match self.wait_ready().await {
                 Ok(()) => return,
                 Err(StartFailure::Exited(status)) => {
                     last_exit = Some(status);
                     // The port may still be held by the killed process's sockets.
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Err(StartFailure::NotReady) => self.fail_start("did not become ready after a restart"),
+                Err(StartFailure::NotReady) => {
+                    self.kill9().await;
+                    self.fail_start(context)
+                }
             }
         }
-        self.fail_start(&format!(
-            "exited before becoming ready after a restart, on every attempt (last: {last_exit:?})"
-        ))
+        self.fail_start(&format!("{context}: exited before becoming ready on every attempt (last: {last_exit:?})"))
     }
 
     /// `http://127.0.0.1:<port><path>`; `path` starts with `/`.

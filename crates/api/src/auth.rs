@@ -10,9 +10,13 @@ use axum::response::{IntoResponse, Response};
 use crate::context::ApiContext;
 use crate::problem::Problem;
 
-/// Lets the request through when no token is configured or the right one is sent.
+/// Lets the request through when no token is configured or the right one is
+/// sent. Changes under `/v1/cluster/` take the admin token when one is set.
 pub async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
-    let Some(expected) = ctx.api_token.as_deref() else { return next.run(request).await };
+    let admin_route = request.uri().path().starts_with("/v1/cluster/");
+    let expected =
+        if admin_route { ctx.admin_token.as_deref().or(ctx.api_token.as_deref()) } else { ctx.api_token.as_deref() };
+    let Some(expected) = expected else { return next.run(request).await };
     let sent = request
         .headers()
         .get(header::AUTHORIZATION)

@@ -34,6 +34,41 @@ pub trait ClusterView: Send + Sync + 'static {
     fn leader_changes(&self) -> u64;
     /// Whether this node's lease is valid now.
     fn lease_valid(&self) -> bool;
+    /// Heartbeats that renewed the lease, and times it lapsed.
+    fn lease_renewals(&self) -> u64;
+    fn lease_expiries(&self) -> u64;
+}
+
+/// A failure of a membership change.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A boxed future for [`ClusterAdmin`].
+pub type AdminFuture<'a> = Pin<Box<dyn Future<Output = Result<(), AdminError>> + Send + 'a>>;
+
+/// One member of the Raft membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: NodeId,
+    pub addr: String,
+    pub voter: bool,
+}
+
+/// Membership changes, which go through openraft rather than a command.
+pub trait ClusterAdmin: Send + Sync + 'static {
+    /// Current members, voters and learners.
+    fn members(&self) -> Vec<Member>;
+    /// Adds a node as a learner, then promotes it to voter once it caught up.
+    fn add_node(&self, id: NodeId, addr: String) -> AdminFuture<'_>;
+    /// Removes a node from the voters (refusing to leave no live majority).
+    fn remove_node(&self, id: NodeId) -> AdminFuture<'_>;
 }
 
 /// Counters of the API itself.
@@ -54,6 +89,9 @@ pub struct ApiContext {
     pub proposer: Arc<dyn Proposer>,
     pub ingest: Arc<dyn Ingest>,
     pub cluster: Arc<dyn ClusterView>,
+    pub admin: Arc<dyn ClusterAdmin>,
+    /// When set, cluster administration requires this token instead of `api_token`.
+    pub admin_token: Option<String>,
     pub clock: Arc<dyn Clock>,
     /// For ids and generated secrets; seeded from the node's `Io`.
     pub rng: Mutex<StdRng>,

@@ -4,7 +4,10 @@
 //!   API on 127.0.0.1:8080, data in ./hookraft-data).
 //! - `hookraft receiver` runs a small receiver that verifies signatures and
 //!   prints each request, to watch deliveries arrive.
+//! - `hookraft cluster ...` administers a cluster (status, move a shard,
+//!   drain, add or remove a node) over the admin HTTP API.
 
+mod admin;
 mod receiver;
 mod serve;
 
@@ -23,6 +26,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run a demo receiver that verifies and prints webhooks.
     Receiver(receiver::ReceiverArgs),
+    /// Administer a cluster.
+    Cluster(admin::ClusterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Receiver(args) => receiver::run(args).await,
+            Command::Cluster(args) => admin::run(args).await,
         }
     })
 }

@@ -1,6 +1,7 @@
 //! `hookraft serve`: flags and environment into a `NodeConfig`, then run
 //! until SIGINT or SIGTERM.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -25,6 +26,26 @@ pub struct ServeArgs {
     /// This node's id in the cluster.
     #[arg(long, env = "HOOKRAFT_NODE_ID", default_value_t = 1)]
     node_id: u64,
+    /// How peers and clients reach this node (host:port); defaults to --listen.
+    #[arg(long, env = "HOOKRAFT_ADVERTISE")]
+    advertise: Option<String>,
+    /// Every member of the cluster, this node included: `1=host:port,2=host:port,3=host:port`.
+    /// Without it the node is a single-node cluster.
+    #[arg(long, env = "HOOKRAFT_PEERS", value_parser = parse_peers)]
+    peers: Option<BTreeMap<u64, String>>,
+    /// Shared secret of the node-to-node RPC; required with several peers.
+    #[arg(long, env = "HOOKRAFT_CLUSTER_SECRET", hide_env_values = true)]
+    cluster_secret: Option<String>,
+    /// Token for cluster administration (defaults to the API token).
+    #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// How long a heartbeat keeps this node's shard lease (ms).
+    #[arg(long, env = "HOOKRAFT_LEASE_MS", default_value_t = hookraft_node::config::LEASE_MS_DEFAULT)]
+    lease_ms: u64,
+}
+
+fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    hookraft_node::config::parse_peers(text)
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -38,8 +59,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.listen
         );
     }
+    let peers = args.peers.unwrap_or_default();
+    if !peers.is_empty() && !peers.contains_key(&args.node_id) {
+        bail!("--peers must list this node ({}) too", args.node_id);
+    }
+    if peers.len() > 1 && args.cluster_secret.as_deref().is_none_or(str::is_empty) {
+        bail!("a cluster needs --cluster-secret (or HOOKRAFT_CLUSTER_SECRET) shared by its nodes");
+    }
+    if !(1_000..=600_000).contains(&args.lease_ms) {
+        bail!("--lease-ms must be between 1000 and 600000");
+    }
     let mut config = NodeConfig::single(args.listen);
     config.node_id = args.node_id;
+    config.advertise = args.advertise.or_else(|| peers.get(&args.node_id).cloned());
+    config.peers = peers;
+    config.cluster_secret = args.cluster_secret;
+    config.admin_token = args.admin_token;
+    config.lease_ms = args.lease_ms;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
     let io = Io::production(args.data_dir.clone(), args.allow_private_targets)?;

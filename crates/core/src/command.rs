@@ -63,6 +63,18 @@ pub enum Command {
     },
     /// Commits nothing but an entry; used to learn that the leader's state is current.
     Noop,
+    /// An operator starts (or stops) draining a node: it keeps serving the
+    /// API but the rebalancer moves every shard off it.
+    SetDraining {
+        node_id: NodeId,
+        draining: bool,
+        now_ms: u64,
+    },
+    /// A node left the cluster: forget its liveness and free its shards.
+    ForgetNode {
+        node_id: NodeId,
+        now_ms: u64,
+    },
 }
 
 /// Changes to an endpoint; `None` leaves a setting as it is.

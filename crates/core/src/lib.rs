@@ -7,6 +7,7 @@
 //! - [`retry`]: full-jitter backoff and the decision after each attempt.
 //! - [`breaker`]: the per-endpoint circuit breaker.
 //! - [`ratelimit`]: the per-endpoint token bucket.
+//! - [`rebalance`]: the leader's shard placement, a pure function.
 //! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
 //! - [`command`]: the replicated commands and their responses.
 //! - [`state`]: `ClusterState` and its deterministic `apply`.
@@ -21,6 +22,7 @@ pub mod command;
 pub mod ids;
 pub mod model;
 pub mod ratelimit;
+pub mod rebalance;
 pub mod retry;
 pub mod signing;
 pub mod state;

@@ -225,22 +225,26 @@ impl EndpointState {
                 self.abandon_in_flight();
                 return self.arm(myself, now_ms + LEASE_RECHECK_MS, now_ms);
             };
-            if let Some((_, bucket)) = self.bucket.as_mut()
-                && let Err(wait_ms) = bucket.try_take(now_ms)
+            // Peek at the rate limit first: the breaker's half-open probe must
+            // not be granted to an attempt the rate limit then holds back.
+            if let Some((_, bucket)) = self.bucket.as_ref()
+                && bucket.available(now_ms) == 0
             {
+                let mut probe = bucket.clone();
+                let wait_ms = probe.try_take(now_ms).err().unwrap_or(1);
                 DeliveryMetrics::inc(&self.ctx.metrics.rate_limited_total);
                 return self.arm(myself, now_ms + wait_ms, now_ms);
             }
-            let was = self.breaker.status();
-            match self.breaker.admit(&self.ctx.breaker, now_ms) {
-                Admission::Rejected { retry_at_ms } => {
-                    DeliveryMetrics::inc(&self.ctx.metrics.breaker_rejections_total);
-                    return self.arm(myself, retry_at_ms.max(now_ms + 1), now_ms);
-                }
-                Admission::Allowed | Admission::Probe => {}
+            let (admission, transition) = self.breaker.admit_with_transition(&self.ctx.breaker, now_ms);
+            if let Some(t) = transition {
+                self.count_transition(t);
             }
-            if was != self.breaker.status() {
-                self.count_transition(Transition { from: was, to: self.breaker.status() });
+            if let Admission::Rejected { retry_at_ms } = admission {
+                DeliveryMetrics::inc(&self.ctx.metrics.breaker_rejections_total);
+                return self.arm(myself, retry_at_ms.max(now_ms + 1), now_ms);
+            }
+            if let Some((_, bucket)) = self.bucket.as_mut() {
+                let _ = bucket.try_take(now_ms); // available above, and time has not moved
             }
             let Some(queued) = self.queue.pop_due(now_ms) else { return };
             self.start_attempt(myself, &endpoint, queued, token, now_ms);

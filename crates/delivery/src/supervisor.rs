@@ -28,6 +28,10 @@ pub enum SupervisorMsg {
     EndpointChanged(EndpointId),
     /// Shard grants or this node's lease changed: start and stop actors to match.
     Rebalance,
+    /// The state was replaced by a snapshot: every actor re-reads its
+    /// deliveries (an attempt whose outcome is not yet applied may be sent
+    /// again: at least once).
+    Resync,
 }
 
 pub struct DeliverySupervisor;
@@ -79,6 +83,15 @@ impl Actor for DeliverySupervisor {
                 }
             }
             SupervisorMsg::Rebalance => state.rebalance(&myself).await,
+            SupervisorMsg::Resync => {
+                state.rebalance(&myself).await;
+                let active = state.ctx.state.read().active.clone();
+                for (endpoint_id, actor) in &state.actors {
+                    if let Some(ids) = active.get(endpoint_id) {
+                        let _ = actor.send_message(EndpointMsg::Enqueue(ids.iter().cloned().collect()));
+                    }
+                }
+            }
         }
         Ok(())
     }

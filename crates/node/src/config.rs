@@ -1,6 +1,7 @@
 //! A node's configuration (DESIGN §10). The CLI fills it from flags and
 //! environment; tests and the simulator build it directly.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use hookraft_core::ids::NodeId;
@@ -9,10 +10,20 @@ use hookraft_core::ids::NodeId;
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: NodeId,
-    /// Where the HTTP API listens.
+    /// Where the HTTP API (and the node-to-node RPC) listens.
     pub listen: SocketAddr,
+    /// How peers reach this node (`host:port`); defaults to `listen`.
+    pub advertise: Option<String>,
+    /// Every member of the cluster, this node included. Empty: a
+    /// single-node cluster. The lowest id initialises a new cluster; the
+    /// others wait to be contacted.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Shared by the nodes; required on node-to-node requests when set.
+    pub cluster_secret: Option<String>,
     /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
     pub api_token: Option<String>,
+    /// When set, cluster administration requires this token instead.
+    pub admin_token: Option<String>,
     /// Allow webhook targets on loopback, private and link-local addresses.
     pub allow_private_targets: bool,
     /// How long a heartbeat keeps this node's lease valid.
@@ -21,16 +32,81 @@ pub struct NodeConfig {
     pub secret_grace_ms: u64,
 }
 
+/// Default lease (DESIGN §5).
+pub const LEASE_MS_DEFAULT: u64 = 6_000;
+
 impl NodeConfig {
     /// The single-node defaults of `hookraft serve`.
     pub fn single(listen: SocketAddr) -> Self {
         Self {
             node_id: 1,
             listen,
+            advertise: None,
+            peers: BTreeMap::new(),
+            cluster_secret: None,
             api_token: None,
+            admin_token: None,
             allow_private_targets: false,
-            lease_ms: 6_000,
+            lease_ms: LEASE_MS_DEFAULT,
             secret_grace_ms: 24 * 3_600 * 1_000,
         }
+    }
+
+    /// The address peers use for this node.
+    pub fn advertised(&self) -> String {
+        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+    }
+
+    /// The initial members: the peers, or this node alone.
+    pub fn initial_members(&self) -> BTreeMap<NodeId, String> {
+        if self.peers.is_empty() { BTreeMap::from([(self.node_id, self.advertised())]) } else { self.peers.clone() }
+    }
+
+    /// Whether this node initialises a fresh cluster: the lowest id does.
+    pub fn initialises(&self) -> bool {
+        self.initial_members().keys().next() == Some(&self.node_id)
+    }
+}
+
+/// Parses `1=host:port,2=host:port`.
+pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("`{part}` is not id=host:port"))?;
+        let id: NodeId = id.trim().parse().map_err(|_| format!("`{id}` is not a node id"))?;
+        let addr = addr.trim();
+        if id == 0 || !addr.contains(':') {
+            return Err(format!("`{part}` is not id=host:port with a positive id"));
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_peers_and_rejects_malformed_lists() {
+        let peers = parse_peers("1=a:1, 2=b:2,3=c:3").unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[&2], "b:2");
+        for bad in ["1=a", "x=a:1", "0=a:1", "1=a:1,1=b:2", "a:1"] {
+            assert!(parse_peers(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_the_lowest_peer_initialises() {
+        let mut config = NodeConfig::single("127.0.0.1:1".parse().unwrap());
+        assert!(config.initialises(), "a single node initialises itself");
+        config.peers = parse_peers("1=a:1,2=b:2,3=c:3").unwrap();
+        config.node_id = 2;
+        assert!(!config.initialises());
+        config.node_id = 1;
+        assert!(config.initialises());
     }
 }

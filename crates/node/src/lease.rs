@@ -7,9 +7,10 @@
 //! ([`LeaseOwnership`]). When the lease starts or stops being valid the
 //! delivery supervisor rebalances its actors.
 //!
-//! As leader, the node also grants shards that have no live owner. With one
-//! node that means: at first start, every shard goes to it. Moving shards
-//! between nodes (liveness expiry, drains, admin moves) comes with clustering.
+//! As leader, the node also runs the rebalancer ([`hookraft_core::rebalance`])
+//! every [`LEADER_DUTY_MS`]: shards of nodes whose liveness expired (plus
+//! [`DRIFT_MARGIN_MS`]), of draining or departed nodes, and unowned shards
+//! are granted to live nodes, each grant under a new fencing token.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,18 +18,32 @@ use std::time::Duration;
 
 use hookraft_core::clock::Clock;
 use hookraft_core::command::Command;
-use hookraft_core::ids::{NodeId, SHARD_COUNT, Shard};
+use hookraft_core::ids::{NodeId, Shard};
+use hookraft_core::rebalance;
 use hookraft_delivery::batcher::Proposer;
 use hookraft_delivery::context::Ownership;
 use hookraft_delivery::supervisor::SupervisorMsg;
 use hookraft_raft::{Raft, StateHandle};
 use ractor::ActorRef;
 
+/// How much the leader's clock may run ahead of a node's before the leader
+/// could reassign a shard the node still believes it holds. A node's own
+/// lease lapses `lease_ms` after it proposed its last committed heartbeat;
+/// the leader reassigns no earlier than that heartbeat's wall time plus
+/// `lease_ms` plus this margin.
+pub const DRIFT_MARGIN_MS: u64 = 1_000;
+/// How often the leader checks liveness and placement.
+pub const LEADER_DUTY_MS: u64 = 500;
+
 /// The lease, shared by the heartbeat loop and the ownership checks.
 #[derive(Debug, Default)]
 pub struct Lease {
     /// Monotonic ms until which the lease is valid; 0 = never held.
     valid_until_ms: AtomicU64,
+    /// Heartbeats committed (each renews the lease).
+    pub renewals_total: AtomicU64,
+    /// Times the lease lapsed while it had been valid.
+    pub expiries_total: AtomicU64,
 }
 
 impl Lease {
@@ -79,17 +94,24 @@ impl LeaseLoop {
     pub async fn run(self) {
         let period_ms = (self.lease_ms / 3).max(1);
         let mut next_heartbeat_ms = 0;
+        let mut next_duty_ms = 0;
         let mut was_valid = false;
         loop {
             let now_ms = self.clock.monotonic_ms();
             if now_ms >= next_heartbeat_ms {
                 next_heartbeat_ms = now_ms + period_ms;
                 self.heartbeat(now_ms).await;
+            }
+            if self.clock.monotonic_ms() >= next_duty_ms {
+                next_duty_ms = self.clock.monotonic_ms() + LEADER_DUTY_MS;
                 self.leader_duties().await;
             }
             let valid = self.lease.is_valid(self.clock.monotonic_ms());
             if valid != was_valid {
                 tracing::info!(node = self.node_id, valid, "lease changed");
+                if was_valid {
+                    self.lease.expiries_total.fetch_add(1, Ordering::Relaxed);
+                }
                 was_valid = valid;
                 if self.supervisor.send_message(SupervisorMsg::Rebalance).is_err() {
                     return;
@@ -103,24 +125,30 @@ impl LeaseLoop {
         let command =
             Command::Heartbeat { node_id: self.node_id, now_ms: self.clock.wall_ms(), lease_ms: self.lease_ms };
         match self.proposer.propose(command).await {
-            Ok(_) => self.lease.extend_to(proposed_at_ms + self.lease_ms),
+            Ok(_) => {
+                self.lease.extend_to(proposed_at_ms + self.lease_ms);
+                self.lease.renewals_total.fetch_add(1, Ordering::Relaxed);
+            }
             Err(error) => tracing::debug!(%error, "heartbeat not committed"),
         }
     }
 
-    /// Grants every unowned shard to this node when it leads.
+    /// As leader: grants shards that have no live, eligible owner.
     async fn leader_duties(&self) {
-        if self.raft.metrics().borrow().current_leader != Some(self.node_id) {
-            return;
-        }
-        let unowned: Vec<(Shard, NodeId)> = {
-            let state = self.state.read();
-            (0..SHARD_COUNT).filter(|&s| state.shards[s as usize].owner.is_none()).map(|s| (s, self.node_id)).collect()
+        let voters: std::collections::BTreeSet<NodeId> = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            if m.current_leader != Some(self.node_id) {
+                return;
+            }
+            m.membership_config.membership().voter_ids().collect()
         };
-        if unowned.is_empty() {
+        let grants = rebalance::plan(&self.state.read(), &voters, self.clock.wall_ms(), DRIFT_MARGIN_MS);
+        if grants.is_empty() {
             return;
         }
-        let command = Command::AssignShards { now_ms: self.clock.wall_ms(), grants: unowned };
+        tracing::info!(moves = grants.len(), "rebalancing shards");
+        let command = Command::AssignShards { now_ms: self.clock.wall_ms(), grants };
         if let Err(error) = self.proposer.propose(command).await {
             tracing::warn!(%error, "could not assign shards");
         }

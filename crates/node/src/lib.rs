@@ -2,7 +2,9 @@
 //! [`Io`] bundle and a bound listener, and returns a running node:
 //!
 //! 1. storage opened (sled log + snapshot; the state machine replays it),
-//! 2. openraft started, a fresh store initialised as a one-member cluster,
+//! 2. openraft started over the HTTP node-to-node network; a fresh store on
+//!    the lowest-numbered peer initialises the cluster (a one-member cluster
+//!    without peers), the others wait to be contacted,
 //! 3. the outcome batcher, the delivery supervisor (one actor per owned
 //!    endpoint) and the lease loop (heartbeats, leader duties),
 //! 4. the ingest batcher and the HTTP API on the listener.
@@ -10,12 +12,12 @@
 //! Nothing here decides anything about webhooks: that is `hookraft-core`
 //! (pure) and `hookraft-delivery` (actors).
 
+pub mod cluster;
 pub mod config;
 pub mod ingest;
 pub mod io;
 pub mod lease;
 pub mod observer;
-pub mod proposer;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hookraft_api::routes::internal::InternalRpc;
 use hookraft_api::{ApiContext, ApiMetrics, ClusterView};
 use hookraft_core::breaker::BreakerConfig;
 use hookraft_core::ids::NodeId;
@@ -30,7 +33,8 @@ use hookraft_delivery::batcher::{OUTCOME_QUEUE_MAX, Proposer, run_outcome_batche
 use hookraft_delivery::context::{DeliveryContext, InFlightRegistry};
 use hookraft_delivery::metrics::DeliveryMetrics;
 use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
-use hookraft_raft::{Raft, SingleNodeNetwork, StateHandle, raft_config};
+use hookraft_raft::http_network::HttpNetwork;
+use hookraft_raft::{Raft, StateHandle, raft_config};
 use ractor::{Actor, ActorRef};
 use rand::SeedableRng;
 use tokio::net::TcpListener;
@@ -78,20 +82,40 @@ impl Node {
         std::fs::create_dir_all(dir)?;
         let (log_store, state_machine, state) = hookraft_raft::open_sled(&dir.join("raft"), Some(link.clone()))?;
 
-        let raft = Raft::new(config.node_id, Arc::new(raft_config()), SingleNodeNetwork, log_store, state_machine)
-            .await
-            .map_err(|e| NodeError::Raft(e.to_string()))?;
-        if !raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
-            let members = BTreeMap::from([(config.node_id, openraft::BasicNode::new(addr.to_string()))]);
-            raft.initialize(members).await.map_err(|e| NodeError::Raft(e.to_string()))?;
-            tracing::info!(node = config.node_id, "initialised a new one-member cluster");
+        let mut config = config;
+        if config.advertise.is_none() {
+            config.advertise = Some(addr.to_string());
         }
-        raft.wait(Some(LEADERSHIP_TIMEOUT))
-            .current_leader(config.node_id, "this node leads its one-member cluster")
+        let network =
+            HttpNetwork::new(config.cluster_secret.clone()).map_err(|e| NodeError::Transport(e.to_string()))?;
+        let raft = Raft::new(config.node_id, Arc::new(raft_config()), network, log_store, state_machine)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let single = config.peers.len() <= 1;
+        if config.initialises() && !raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
+            let members: BTreeMap<NodeId, openraft::BasicNode> =
+                config.initial_members().into_iter().map(|(id, addr)| (id, openraft::BasicNode::new(addr))).collect();
+            raft.initialize(members).await.map_err(|e| NodeError::Raft(e.to_string()))?;
+            tracing::info!(node = config.node_id, members = ?config.initial_members(), "initialised a new cluster");
+        }
+        if single {
+            raft.wait(Some(LEADERSHIP_TIMEOUT))
+                .current_leader(config.node_id, "this node leads its one-member cluster")
+                .await
+                .map_err(|e| NodeError::Raft(e.to_string()))?;
+        }
 
-        let proposer: Arc<dyn Proposer> = Arc::new(proposer::RaftProposer { raft: raft.clone() });
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .retry(reqwest::retry::never())
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .map_err(|e| NodeError::Transport(e.to_string()))?;
+        let proposer: Arc<dyn Proposer> = Arc::new(cluster::ClusterProposer {
+            raft: raft.clone(),
+            client: client.clone(),
+            cluster_secret: config.cluster_secret.clone(),
+        });
         let (outcome_tx, outcome_rx) = tokio::sync::mpsc::channel(OUTCOME_QUEUE_MAX);
         tokio::spawn(run_outcome_batcher(outcome_rx, proposer.clone(), io.clock.clone(), config.node_id));
 
@@ -139,7 +163,15 @@ impl Node {
             state: state.clone(),
             proposer,
             ingest,
-            cluster: Arc::new(RaftView::new(raft.clone(), config.node_id, lease, io.clock.clone())),
+            cluster: Arc::new(RaftView::new(raft.clone(), lease, io.clock.clone())),
+            admin: Arc::new(cluster::MembershipAdmin {
+                raft: raft.clone(),
+                state: state.clone(),
+                clock: io.clock.clone(),
+                client,
+                admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
+            }),
+            admin_token: config.admin_token.clone(),
             clock: io.clock.clone(),
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(io.seed.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15)),
             in_flight,
@@ -150,7 +182,12 @@ impl Node {
             secret_grace_ms: config.secret_grace_ms,
         });
         let (shutdown, mut stop) = watch::channel(false);
-        let app = hookraft_api::router(api);
+        let internal = Arc::new(InternalRpc {
+            raft: raft.clone(),
+            cluster_secret: config.cluster_secret.clone(),
+            local_write: Arc::new(cluster::RaftLocalWrite { raft: raft.clone() }),
+        });
+        let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
         let server = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
@@ -187,14 +224,13 @@ impl NodeHandle {
 /// [`ClusterView`] over openraft's metrics.
 struct RaftView {
     raft: Raft,
-    node_id: NodeId,
     lease: Arc<lease::Lease>,
     clock: Arc<dyn hookraft_core::clock::Clock>,
     leader_changes: Arc<AtomicU64>,
 }
 
 impl RaftView {
-    fn new(raft: Raft, node_id: NodeId, lease: Arc<lease::Lease>, clock: Arc<dyn hookraft_core::clock::Clock>) -> Self {
+    fn new(raft: Raft, lease: Arc<lease::Lease>, clock: Arc<dyn hookraft_core::clock::Clock>) -> Self {
         let leader_changes = Arc::new(AtomicU64::new(0));
         let counter = leader_changes.clone();
         let mut metrics = raft.metrics();
@@ -208,7 +244,7 @@ impl RaftView {
                 }
             }
         });
-        Self { raft, node_id, lease, clock, leader_changes }
+        Self { raft, lease, clock, leader_changes }
     }
 }
 
@@ -224,12 +260,19 @@ impl ClusterView for RaftView {
     fn ready(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        let _ = self.node_id;
         m.current_leader.is_some() && m.last_applied.is_some() && self.lease_valid()
     }
 
     fn leader_changes(&self) -> u64 {
         self.leader_changes.load(Ordering::Relaxed)
+    }
+
+    fn lease_renewals(&self) -> u64 {
+        self.lease.renewals_total.load(Ordering::Relaxed)
+    }
+
+    fn lease_expiries(&self) -> u64 {
+        self.lease.expiries_total.load(Ordering::Relaxed)
     }
 
     fn lease_valid(&self) -> bool {

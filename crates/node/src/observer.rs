@@ -61,7 +61,7 @@ impl ApplyObserver for SupervisorLink {
     }
 
     fn snapshot_installed(&self, _state: &ClusterState) {
-        self.send(SupervisorMsg::Rebalance);
+        self.send(SupervisorMsg::Resync);
     }
 }
 

@@ -1,9 +1,12 @@
-//! The bincode encoding of everything this crate writes to disk or sends
-//! as a snapshot.
+//! The bincode encoding of everything this crate writes to disk, sends as a
+//! snapshot, or sends to another node (`crate::rpc`).
 //!
 //! One configuration (`bincode::config::standard()`) for everything. Decoding
 //! insists on consuming the whole value: trailing bytes mean the reader and
 //! the writer disagree about the format, which is corruption, not data.
+//! Bytes from the network are decoded with a bound on the lengths they
+//! declare ([`decode_untrusted`]): bincode allocates a string or byte buffer
+//! at its declared length before reading it.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,6 +22,20 @@ pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<
 pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, Error> {
     let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
         .map_err(|source| Error::Decode { what, source })?;
+    if read != bytes.len() {
+        return Err(Error::TrailingBytes { what, extra: bytes.len() - read });
+    }
+    Ok(value)
+}
+
+/// Decodes a whole `T` from `bytes` that came from another process: like
+/// [`decode`], but the strings and byte buffers inside may claim at most
+/// [`crate::rpc::RPC_BODY_BYTES_MAX`] bytes in all, so a corrupt or hostile
+/// length prefix fails instead of allocating.
+pub(crate) fn decode_untrusted<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, Error> {
+    let config = bincode::config::standard().with_limit::<{ crate::rpc::RPC_BODY_BYTES_MAX }>();
+    let (value, read) =
+        bincode::serde::decode_from_slice(bytes, config).map_err(|source| Error::Decode { what, source })?;
     if read != bytes.len() {
         return Err(Error::TrailingBytes { what, extra: bytes.len() - read });
     }

@@ -15,6 +15,11 @@
 //!   payload) and the sled tree that keeps the current one.
 //! - [`network`]: [`SingleNodeNetwork`], the network of a one-member cluster,
 //!   and [`raft_config`], the openraft timing and snapshot settings.
+//! - [`http_network`]: [`HttpNetwork`], the network of a clustered node (Raft
+//!   RPCs over HTTP), and [`forward_command`], a follower's way to hand a
+//!   client write to the leader.
+//! - [`rpc`]: the wire protocol both ends of node-to-node RPC share: paths,
+//!   the secret header, and the reply enums ([`RaftReply`], [`ProposeReply`]).
 //! - [`error`]: [`Error`], this crate's one error enum.
 //! - `codec` (private): the bincode encoding of everything this crate persists.
 //!
@@ -24,8 +29,10 @@
 //! through [`ClusterState::apply`] in `hookraft-core`.
 
 pub mod error;
+pub mod http_network;
 pub mod log_store;
 pub mod network;
+pub mod rpc;
 pub mod state_machine;
 
 mod codec;
@@ -38,8 +45,10 @@ use std::sync::Arc;
 pub use hookraft_core::{ClusterState, Command, Response};
 
 pub use error::Error;
+pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
 pub use log_store::SledLogStore;
 pub use network::{SingleNodeNetwork, UnreachablePeer, raft_config};
+pub use rpc::{ProposeReply, RaftReply};
 pub use state_machine::{ApplyObserver, StateHandle, StateMachineStore, StateRef, snapshot_id};
 
 openraft::declare_raft_types!(

@@ -32,6 +32,8 @@ pub const SNAPSHOT_EVERY_ENTRIES: u64 = 20_000;
 /// Entries kept in the log behind a snapshot, so a briefly lagging follower
 /// catches up from the log instead of a whole snapshot.
 pub const LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES: u64 = 1000;
+/// How long one snapshot chunk may take to send and store (fsync included).
+pub const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 5_000;
 /// Entries deleted per purge.
 pub const PURGE_BATCH_ENTRIES: u64 = 256;
 
@@ -45,6 +47,7 @@ pub fn raft_config() -> Config {
         snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES),
         max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
         purge_batch_size: PURGE_BATCH_ENTRIES,
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
         ..Config::default()
     }
     .validate()

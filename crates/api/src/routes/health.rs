@@ -75,6 +75,13 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
         ctx.cluster.leader_changes(),
     );
     gauge(&mut out, "hookraft_lease_valid", "1 when this node's lease is valid.", u64::from(ctx.cluster.lease_valid()));
+    counter(
+        &mut out,
+        "hookraft_lease_renewals_total",
+        "Heartbeats that renewed this node's lease.",
+        ctx.cluster.lease_renewals(),
+    );
+    counter(&mut out, "hookraft_lease_expiries_total", "Times this node's lease lapsed.", ctx.cluster.lease_expiries());
 
     let d = &ctx.delivery_metrics;
     let _ = writeln!(

@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod health;
+pub mod internal;
 
 use std::str::FromStr;
 

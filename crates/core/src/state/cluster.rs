@@ -19,6 +19,28 @@ impl ClusterState {
         Response::Ok
     }
 
+    pub(super) fn set_draining(&mut self, node_id: NodeId, draining: bool, _now_ms: u64) -> Response {
+        let record = self.nodes.entry(node_id).or_insert(NodeRecord {
+            id: node_id,
+            last_heartbeat_ms: 0,
+            live_until_ms: 0,
+            draining: false,
+        });
+        record.draining = draining;
+        Response::Ok
+    }
+
+    /// Frees the shards of a departed node; the rebalancer grants them anew
+    /// (with new tokens, so the departed node's late outcomes are stale).
+    pub(super) fn forget_node(&mut self, node_id: NodeId, now_ms: u64) -> Response {
+        self.nodes.remove(&node_id);
+        for grant in self.shards.iter_mut().filter(|g| g.owner == Some(node_id)) {
+            grant.owner = None;
+            grant.granted_at_ms = now_ms;
+        }
+        Response::Ok
+    }
+
     pub(super) fn assign_shards(&mut self, grants: &[(Shard, NodeId)], now_ms: u64) -> Response {
         if let Some((shard, _)) = grants.iter().find(|(s, _)| *s >= SHARD_COUNT) {
             return Response::Conflict { detail: format!("shard {shard} does not exist") };

@@ -71,6 +71,8 @@ impl ClusterState {
             Command::Heartbeat { node_id, now_ms, lease_ms } => self.heartbeat(*node_id, *now_ms, *lease_ms),
             Command::AssignShards { now_ms, grants } => self.assign_shards(grants, *now_ms),
             Command::Noop => Response::Ok,
+            Command::SetDraining { node_id, draining, now_ms } => self.set_draining(*node_id, *draining, *now_ms),
+            Command::ForgetNode { node_id, now_ms } => self.forget_node(*node_id, *now_ms),
         }
     }
 
