@@ -333,12 +333,18 @@ async fn owner_paused_past_its_lease_loses_its_shards_and_its_late_outcomes_are_
     cluster.sigcont(owner);
     println!("owner {owner} resumed after {:?} paused", stopped_at.elapsed());
 
+    let stale_before = before.outcomes_rejected_stale;
     let stale = cluster
         .wait_view(leader, DEADLINE, "the resumed owner's late outcomes to be rejected as stale", |v| {
-            if v.outcomes_rejected_stale >= 1 { Ok(v.outcomes_rejected_stale) } else { Err("none stale yet".into()) }
+            let stale = v.outcomes_rejected_stale;
+            if stale > stale_before {
+                Ok(stale)
+            } else {
+                Err(format!("stale {stale}, before the pause {stale_before}"))
+            }
         })
         .await;
-    println!("outcomes_rejected_stale = {stale}");
+    println!("outcomes_rejected_stale: {stale_before} before the pause, {stale} after the resume");
     let metric_what = format!("{STALE_METRIC} >= 1 on some node");
     let ids = cluster.ids();
     let metrics = wait_for(DEADLINE, POLL_INTERVAL, &metric_what, async || {
