@@ -75,6 +75,10 @@ pub enum Command {
         node_id: NodeId,
         now_ms: u64,
     },
+    /// Several commands in one log entry, applied in order. openraft appends
+    /// (and fsyncs) once per client write, so a node's log writer wraps
+    /// everything queued meanwhile into one `Batch`.
+    Batch(Vec<Command>),
 }
 
 /// Changes to an endpoint; `None` leaves a setting as it is.
@@ -130,12 +134,28 @@ pub enum ReplayTarget {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
     Ok,
-    NotFound { what: String },
-    Conflict { detail: String },
-    Ingested { results: Vec<IngestResult> },
-    OutcomesApplied { applied: u32, stale: u32, ignored: u32 },
-    Replayed { deliveries: Vec<(DeliveryId, EndpointId)> },
-    ShardsAssigned { tokens: Vec<(Shard, u64)> },
+    NotFound {
+        what: String,
+    },
+    Conflict {
+        detail: String,
+    },
+    Ingested {
+        results: Vec<IngestResult>,
+    },
+    OutcomesApplied {
+        applied: u32,
+        stale: u32,
+        ignored: u32,
+    },
+    Replayed {
+        deliveries: Vec<(DeliveryId, EndpointId)>,
+    },
+    ShardsAssigned {
+        tokens: Vec<(Shard, u64)>,
+    },
+    /// One response per command of a `Batch`, in order.
+    Batch(Vec<Response>),
 }
 
 /// The fate of one event of an `IngestEvents` batch.

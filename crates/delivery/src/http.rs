@@ -32,10 +32,11 @@ use crate::transport::{SendError, SendFuture, Transport, WebhookRequest, Webhook
 /// How long establishing a TCP connection may take, within the attempt's own
 /// timeout. An endpoint that does not accept in 5 s is down for our purposes.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Idle connections kept per host: enough for an endpoint's default
-/// concurrency cap (10) with room, bounded so thousands of endpoints do not
-/// hold thousands of sockets each.
-pub const POOL_IDLE_PER_HOST_MAX: usize = 32;
+/// Idle connections kept per host. Many endpoints often share one host (a
+/// SaaS receiving for many customers), each with up to its concurrency cap
+/// in flight; a pool smaller than that closes and reopens connections on
+/// every burst (measured: 19,000 sockets in TIME-WAIT within seconds).
+pub const POOL_IDLE_PER_HOST_MAX: usize = 256;
 /// How long an idle pooled connection is kept before it is closed.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How much of a response body we read and keep for the timeline.

@@ -13,6 +13,8 @@ use hookraft_core::ids::NodeId;
 use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
 use hookraft_raft::http_network::{ForwardError, forward_command};
 use hookraft_raft::rpc::Committed;
+
+use crate::log_writer::LogWriter;
 use hookraft_raft::{Raft, StateHandle};
 use openraft::error::{ClientWriteError, RaftError};
 
@@ -55,6 +57,7 @@ pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
 /// for a write that did not commit.
 pub struct ClusterProposer {
     pub raft: Raft,
+    pub writer: LogWriter,
     pub client: reqwest::Client,
     pub cluster_secret: Option<String>,
 }
@@ -67,7 +70,7 @@ impl Proposer for ClusterProposer {
                 if attempt > 0 {
                     tokio::time::sleep(LEADER_WAIT).await;
                 }
-                match write_locally(&self.raft, command.clone()).await {
+                match self.writer.write(command.clone()).await {
                     LocalWrite::Applied(committed) => return Ok(committed.response),
                     LocalWrite::Failed(error) => return Err(error),
                     LocalWrite::NotLeader { leader: None } => last = ProposeError::NoLeader,
@@ -214,13 +217,13 @@ impl ClusterAdmin for MembershipAdmin {
 
 /// The write path of `/internal/propose`: commit here if leading, else say who leads.
 pub struct RaftLocalWrite {
-    pub raft: Raft,
+    pub writer: LogWriter,
 }
 
 impl LocalWriteTrait for RaftLocalWrite {
     fn write(&self, command: Command) -> LocalWriteFuture<'_> {
         Box::pin(async move {
-            match write_locally(&self.raft, command).await {
+            match self.writer.write(command).await {
                 LocalWrite::Applied(committed) => Ok(committed),
                 LocalWrite::NotLeader { leader } => {
                     Err(LocalWriteError::NotLeader { leader: leader.map(|(id, _)| id) })

@@ -17,6 +17,7 @@ pub mod config;
 pub mod ingest;
 pub mod io;
 pub mod lease;
+pub mod log_writer;
 pub mod observer;
 
 use std::collections::BTreeMap;
@@ -111,8 +112,10 @@ impl Node {
             .connect_timeout(Duration::from_secs(1))
             .build()
             .map_err(|e| NodeError::Transport(e.to_string()))?;
+        let writer = log_writer::LogWriter::start(raft.clone());
         let proposer: Arc<dyn Proposer> = Arc::new(cluster::ClusterProposer {
             raft: raft.clone(),
+            writer: writer.clone(),
             client: client.clone(),
             cluster_secret: config.cluster_secret.clone(),
         });
@@ -185,7 +188,7 @@ impl Node {
         let internal = Arc::new(InternalRpc {
             raft: raft.clone(),
             cluster_secret: config.cluster_secret.clone(),
-            local_write: Arc::new(cluster::RaftLocalWrite { raft: raft.clone() }),
+            local_write: Arc::new(cluster::RaftLocalWrite { writer }),
         });
         let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
         let server = tokio::spawn(async move {

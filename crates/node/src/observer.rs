@@ -31,8 +31,13 @@ impl SupervisorLink {
 }
 
 impl ApplyObserver for SupervisorLink {
-    fn applied(&self, _state: &ClusterState, command: &Command, response: &Response) {
+    fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
         match (command, response) {
+            (Command::Batch(commands), Response::Batch(responses)) => {
+                for (command, response) in commands.iter().zip(responses) {
+                    self.applied(state, command, response);
+                }
+            }
             (Command::IngestEvents { .. }, Response::Ingested { results }) => {
                 let created = results.iter().filter_map(|r| match r {
                     IngestResult::Created { deliveries, .. } => Some(deliveries.iter()),

@@ -26,7 +26,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use clap::Parser;
-use hookraft_tests::{NodeOptions, TestNode, register_endpoint};
+use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, register_endpoint};
 use serde_json::json;
 
 /// How long the delivery phase may take before the bench gives up.
@@ -43,9 +43,14 @@ struct Args {
     /// Concurrent ingest connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
-    /// Endpoints, each subscribed to its own event type.
+    /// Endpoints, each subscribed to its own event type. With 0, events
+    /// match no endpoint: the run measures ingest alone.
     #[arg(long, default_value_t = 100)]
     endpoints: usize,
+    /// Nodes: 1 runs a single node; 3 (or more) runs a cluster on loopback,
+    /// with ingest spread round robin over every node.
+    #[arg(long, default_value_t = 1)]
+    nodes: u64,
     /// The hookraft binary [default: `hookraft` beside this executable].
     #[arg(long, env = "HOOKRAFT_BIN")]
     bin: Option<PathBuf>,
@@ -61,7 +66,7 @@ struct Counter {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    ensure!(args.events > 0 && args.connections > 0 && args.endpoints > 0, "all counts must be positive");
+    ensure!(args.events > 0 && args.connections > 0, "events and connections must be positive");
     let bin = match args.bin.clone() {
         Some(bin) => bin,
         None => default_binary()?,
@@ -72,7 +77,23 @@ async fn main() -> Result<()> {
         bin.display()
     );
 
-    let node = TestNode::start_with(NodeOptions::default().binary(&bin)).await;
+    // Keep the cluster alive for the whole run; a single node is a cluster of one.
+    let (_single, cluster, urls) = if args.nodes <= 1 {
+        let node = TestNode::start_with(NodeOptions::default().binary(&bin)).await;
+        let url = node.url("/v1/events");
+        (Some(node), None, vec![url])
+    } else {
+        let options =
+            ClusterOptions { size: args.nodes, node: NodeOptions::default().binary(&bin), ..Default::default() };
+        let cluster = TestCluster::start_with(options).await;
+        let urls = cluster.base_urls().into_iter().map(|(_, base)| format!("{base}/v1/events")).collect();
+        (None, Some(cluster), urls)
+    };
+    let node: &TestNode = match (&_single, &cluster) {
+        (Some(node), _) => node,
+        (None, Some(cluster)) => cluster.leader().await,
+        (None, None) => bail!("no node started"),
+    };
     let counter = Arc::new(Counter { origin: Instant::now(), received: AtomicU64::new(0), last_ns: AtomicU64::new(0) });
     let receiver_addr = start_receiver(counter.clone()).await?;
     for i in 0..args.endpoints {
@@ -85,24 +106,28 @@ async fn main() -> Result<()> {
     }
 
     let ingest_started = Instant::now();
-    let (mut latencies, failures) = ingest(&node, &args).await?;
+    let (mut latencies, failures) = ingest(&urls, &args).await?;
     let ingest_s = ingest_started.elapsed().as_secs_f64();
     latencies.sort_unstable();
     let accepted = latencies.len();
     println!(
         "ingest: {accepted} events in {ingest_s:.2} s = {:.0} events/s, latency p50={:.1} p99={:.1} max={:.1} ms \
-         ({} connections, {} endpoints)",
+         ({} connections, {} endpoints, {} node(s))",
         accepted as f64 / ingest_s,
         percentile_ms(&latencies, 0.50),
         percentile_ms(&latencies, 0.99),
         percentile_ms(&latencies, 1.0),
         args.connections,
         args.endpoints,
+        args.nodes,
     );
     if failures > 0 {
         println!("ingest: {failures} requests were not accepted");
     }
 
+    if args.endpoints == 0 {
+        return Ok(());
+    }
     let expected = accepted as u64;
     let deadline = Instant::now() + DELIVERY_DEADLINE;
     while counter.received.load(Ordering::Relaxed) < expected {
@@ -153,14 +178,14 @@ async fn start_receiver(counter: Arc<Counter>) -> Result<std::net::SocketAddr> {
 /// Posts `args.events` events from `args.connections` tasks, each with its
 /// own keep-alive client. Returns the latencies of accepted events and the
 /// number of requests that failed or were not answered 202.
-async fn ingest(node: &TestNode, args: &Args) -> Result<(Vec<Duration>, usize)> {
+async fn ingest(urls: &[String], args: &Args) -> Result<(Vec<Duration>, usize)> {
     let next = Arc::new(AtomicUsize::new(0));
-    let url = node.url("/v1/events");
     let mut tasks = Vec::with_capacity(args.connections);
-    for _ in 0..args.connections {
+    for connection in 0..args.connections {
+        let url = urls[connection % urls.len()].clone();
         let client =
             reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).pool_max_idle_per_host(1).build()?;
-        let (next, url, events, endpoints) = (next.clone(), url.clone(), args.events, args.endpoints);
+        let (next, events, endpoints) = (next.clone(), args.events, args.endpoints);
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(events / 64 + 1);
             let mut failures = 0usize;
@@ -169,7 +194,7 @@ async fn ingest(node: &TestNode, args: &Args) -> Result<(Vec<Duration>, usize)> 
                 if i >= events {
                     return (latencies, failures);
                 }
-                let body = json!({"type": format!("bench.{}", i % endpoints), "payload": {"n": i}});
+                let body = json!({"type": format!("bench.{}", i % endpoints.max(1)), "payload": {"n": i}});
                 let started = Instant::now();
                 match client.post(&url).json(&body).send().await {
                     Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => {

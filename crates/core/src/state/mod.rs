@@ -73,6 +73,7 @@ impl ClusterState {
             Command::Noop => Response::Ok,
             Command::SetDraining { node_id, draining, now_ms } => self.set_draining(*node_id, *draining, *now_ms),
             Command::ForgetNode { node_id, now_ms } => self.forget_node(*node_id, *now_ms),
+            Command::Batch(commands) => Response::Batch(commands.iter().map(|c| self.apply(c)).collect()),
         }
     }
 

@@ -366,3 +366,21 @@ proptest! {
         prop_assert_eq!(&leader, &follower);
     }
 }
+
+#[test]
+fn a_batch_applies_its_commands_in_order_and_answers_each() {
+    let mut rng = StdRng::seed_from_u64(10);
+    let a = endpoint(&mut rng, None);
+    let mut batched = state_with(&[]);
+    let mut one_by_one = batched.clone();
+    let commands = vec![
+        Command::RegisterEndpoint { endpoint: Box::new(a.clone()) },
+        Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", Some("k"), None)] },
+        Command::DeleteEndpoint { id: a.id.clone(), now_ms: 6 },
+        Command::DeleteEndpoint { id: a.id.clone(), now_ms: 7 },
+    ];
+    let expected: Vec<Response> = commands.iter().map(|c| one_by_one.apply(c)).collect();
+    assert_eq!(batched.apply(&Command::Batch(commands)), Response::Batch(expected));
+    assert_eq!(batched, one_by_one);
+    assert!(matches!(batched.deliveries.values().next().map(|d| d.state), Some(DeliveryState::Dead)));
+}

@@ -198,7 +198,7 @@ async fn post_until_accepted(config: &IngestConfig, log: &IngestLog, client: &re
             return;
         }
         let round = attempt as usize / nodes;
-        let pause = if (attempt as usize + 1) % nodes == 0 {
+        let pause = if (attempt as usize + 1).is_multiple_of(nodes) {
             ROUND_BACKOFF_BASE.saturating_mul(1 << round.min(10)).min(ROUND_BACKOFF_CAP)
         } else {
             NEXT_NODE_PAUSE
