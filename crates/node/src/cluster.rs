@@ -8,7 +8,7 @@ use std::time::Duration;
 use hookraft_api::context::{AdminError, AdminFuture, ClusterAdmin, Member};
 use hookraft_api::routes::internal::{LocalWrite as LocalWriteTrait, LocalWriteError, LocalWriteFuture};
 use hookraft_core::clock::Clock;
-use hookraft_core::command::Command;
+use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::NodeId;
 use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
 use hookraft_raft::http_network::{ForwardError, forward_command};
@@ -19,11 +19,12 @@ use hookraft_raft::{Raft, StateHandle};
 use openraft::error::{ClientWriteError, RaftError};
 
 /// How long a write forwarded to the leader may take.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Tries of one proposal across leader changes before giving up with 503.
-const PROPOSE_TRIES_MAX: u32 = 4;
-/// Pause between tries while the cluster elects a leader.
-const LEADER_WAIT: Duration = Duration::from_millis(150);
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one proposal keeps trying across elections before the API
+/// answers 503: longer than an election takes, shorter than a client's patience.
+pub const PROPOSE_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest pause between tries while the cluster elects a leader.
+const LEADER_WAIT: Duration = Duration::from_millis(200);
 /// How long adding a node (catching up as a learner) may take.
 const ADD_NODE_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -62,42 +63,86 @@ pub struct ClusterProposer {
     pub cluster_secret: Option<String>,
 }
 
+impl ClusterProposer {
+    /// The leader this node knows of, with its address.
+    fn leader(&self) -> Option<(NodeId, Option<String>)> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let leader = m.current_leader?;
+        Some((leader, m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())))
+    }
+
+    fn is_self(&self, id: NodeId) -> bool {
+        self.raft.metrics().borrow().id == id
+    }
+
+    /// Resolves when this node's view of the leader differs from `from`.
+    async fn leader_changed(&self, from: Option<NodeId>) {
+        let mut metrics = self.raft.metrics();
+        while metrics.borrow_and_update().current_leader == from {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Forwards to the leader; gives up early if another leader is elected
+    /// meanwhile (a paused or cut-off leader still accepts connections).
+    async fn forward(&self, leader: NodeId, addr: &str, command: &Command) -> Option<Result<Response, ProposeError>> {
+        let secret = self.cluster_secret.as_deref();
+        let forwarded = tokio::select! {
+            result = forward_command(&self.client, addr, secret, command, FORWARD_TIMEOUT) => result,
+            () = self.leader_changed(Some(leader)) => return None,
+        };
+        match forwarded {
+            Ok(committed) => {
+                // Read-your-writes: the caller reads this node's replica next.
+                let wait = self.raft.wait(Some(FORWARD_TIMEOUT));
+                if let Err(error) = wait.applied_index_at_least(Some(committed.log_index), "forwarded write").await {
+                    tracing::warn!(%error, "forwarded write committed but not yet applied here");
+                }
+                Some(Ok(committed.response))
+            }
+            Err(ForwardError::Rejected(detail)) => Some(Err(ProposeError::Other(detail))),
+            Err(error) => {
+                tracing::debug!(%error, %addr, "forward to leader failed");
+                None
+            }
+        }
+    }
+}
+
 impl Proposer for ClusterProposer {
+    /// Commits locally when leading, forwards to the leader otherwise, and
+    /// keeps trying across an election until [`PROPOSE_DEADLINE`]. A forward
+    /// that failed or timed out may still have committed; retrying it is
+    /// within at-least-once (ingest is exactly-once with an idempotency key).
     fn propose(&self, command: Command) -> ProposeFuture<'_> {
         Box::pin(async move {
-            let mut last = ProposeError::NoLeader;
-            for attempt in 0..PROPOSE_TRIES_MAX {
-                if attempt > 0 {
-                    tokio::time::sleep(LEADER_WAIT).await;
+            let deadline = tokio::time::Instant::now() + PROPOSE_DEADLINE;
+            loop {
+                let leader = self.leader();
+                let attempt = match &leader {
+                    Some((id, _)) if self.is_self(*id) => match self.writer.write(command.clone()).await {
+                        LocalWrite::Applied(committed) => return Ok(committed.response),
+                        LocalWrite::Failed(error) => return Err(error),
+                        LocalWrite::NotLeader { .. } => None,
+                    },
+                    Some((id, Some(addr))) => self.forward(*id, addr, &command).await,
+                    Some((_, None)) | None => None,
+                };
+                if let Some(result) = attempt {
+                    return result;
                 }
-                match self.writer.write(command.clone()).await {
-                    LocalWrite::Applied(committed) => return Ok(committed.response),
-                    LocalWrite::Failed(error) => return Err(error),
-                    LocalWrite::NotLeader { leader: None } => last = ProposeError::NoLeader,
-                    LocalWrite::NotLeader { leader: Some((_, addr)) } => {
-                        let secret = self.cluster_secret.as_deref();
-                        match forward_command(&self.client, &addr, secret, &command, FORWARD_TIMEOUT).await {
-                            Ok(committed) => {
-                                // Read-your-writes: the caller reads this node's replica next.
-                                let wait = self.raft.wait(Some(FORWARD_TIMEOUT));
-                                let applied = Some(committed.log_index);
-                                if let Err(error) =
-                                    wait.applied_index_at_least(applied, "forwarded write applied").await
-                                {
-                                    tracing::warn!(%error, "forwarded write committed but not yet applied here");
-                                }
-                                return Ok(committed.response);
-                            }
-                            Err(ForwardError::Rejected(detail)) => return Err(ProposeError::Other(detail)),
-                            Err(error) => {
-                                tracing::debug!(%error, %addr, "forward to leader failed");
-                                last = ProposeError::NoLeader;
-                            }
-                        }
-                    }
+                // Wait for a (different) leader, a little, then try again.
+                let before = leader.map(|(id, _)| id);
+                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if remaining.is_zero() {
+                    return Err(ProposeError::NoLeader);
                 }
+                let pause = remaining.min(LEADER_WAIT);
+                let _ = tokio::time::timeout(pause, self.leader_changed(before)).await;
             }
-            Err(last)
         })
     }
 }
