@@ -101,7 +101,7 @@ pub fn router(rpc: Arc<InternalRpc>) -> Router {
 async fn require_cluster_secret(State(rpc): State<Arc<InternalRpc>>, request: Request, next: Next) -> HttpResponse {
     let Some(expected) = rpc.cluster_secret.as_deref() else { return next.run(request).await };
     match request.headers().get(CLUSTER_SECRET_HEADER) {
-        Some(sent) if constant_time_eq(sent.as_bytes(), expected.as_bytes()) => next.run(request).await,
+        Some(sent) if crate::auth::constant_time_eq(sent.as_bytes(), expected.as_bytes()) => next.run(request).await,
         _ => Problem {
             detail: format!("send the cluster secret in `{CLUSTER_SECRET_HEADER}`"),
             ..Problem::unauthorized()
@@ -111,10 +111,6 @@ async fn require_cluster_secret(State(rpc): State<Arc<InternalRpc>>, request: Re
 }
 
 /// Compares without stopping at the first difference (the length is not secret).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn append(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
     let request: AppendRequest = match decode_body("append entries request", body) {
         Ok(request) => request,
@@ -185,18 +181,5 @@ fn bincode_response<T: Serialize>(what: &'static str, reply: &T) -> HttpResponse
             tracing::error!(%error, "cannot encode an internal rpc reply");
             Problem::internal(error.to_string()).into_response()
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constant_time_eq_needs_equal_length_and_bytes() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
     }
 }
