@@ -17,7 +17,7 @@ pub const INGEST_BATCH_MAX: usize = 1_024;
 /// Events waiting to be batched at most; a full queue makes handlers wait.
 pub const INGEST_QUEUE_MAX: usize = 16_384;
 /// Batches being committed at the same time at most.
-pub const INGEST_BATCHES_IN_FLIGHT_MAX: usize = 2;
+pub const INGEST_BATCHES_IN_FLIGHT_MAX: usize = 1;
 
 type Reply = oneshot::Sender<Result<IngestResult, ProposeError>>;
 
