@@ -78,10 +78,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.lease_ms = args.lease_ms;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
-    let io = Io::production(args.data_dir.clone(), args.allow_private_targets)?;
+    let io = Io::production(args.data_dir.clone(), args.allow_private_targets, config.cluster_secret.clone())?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
-    let mut node = Node::start(config, io, listener).await.context("starting the node")?;
+    let mut node = Node::start(config, io, Some(listener)).await.context("starting the node")?;
     tracing::info!(data_dir = %args.data_dir.display(), "ready: try `curl http://{}/v1/cluster`", node.addr);
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -29,7 +29,7 @@ use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request}
 use crate::context::DeliveryContext;
 use crate::metrics::DeliveryMetrics;
 use crate::queue::{DeliveryQueue, QueuedDelivery};
-use crate::transport::{SendError, WebhookResponse};
+use crate::transport::{SendError, SendOrigin, WebhookResponse};
 
 /// How long to wait before checking a lapsed lease again.
 const LEASE_RECHECK_MS: u64 = 250;
@@ -272,7 +272,8 @@ impl EndpointState {
                 attempt_number: queued.attempt_count + 1,
             }
         };
-        let request = build_request(endpoint, &plan, now_ms);
+        let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.endpoint_id.shard(), token };
+        let request = build_request(endpoint, &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();
         let reply_to = myself.clone();

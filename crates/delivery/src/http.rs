@@ -315,6 +315,7 @@ mod tests {
             headers: vec![("webhook-id".into(), "evt_1".into())],
             body: Body::from(r#"{"hello":"world"}"#),
             timeout,
+            origin: Default::default(),
         }
     }
 

@@ -18,6 +18,17 @@ pub struct WebhookRequest {
     pub body: bytes_body::Body,
     /// The whole attempt (connect, send, read the answer) must fit in it.
     pub timeout: Duration,
+    /// Who sends it, under which grant: not sent on the wire; for logs and
+    /// the simulator's one-sender-per-lease checker.
+    pub origin: SendOrigin,
+}
+
+/// The node, shard and fencing token an attempt is sent under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendOrigin {
+    pub node_id: u64,
+    pub shard: u16,
+    pub token: u64,
 }
 
 /// Shared request bodies: one event's payload is sent to many endpoints.

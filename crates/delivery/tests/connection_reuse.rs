@@ -50,6 +50,7 @@ async fn sequential_attempts_to_one_endpoint_reuse_one_connection() {
             headers: vec![("content-type".into(), "application/json".into())],
             body: Arc::from("{\"a\":1}"),
             timeout: Duration::from_secs(5),
+            origin: Default::default(),
         };
         let response = transport.send(request).await.unwrap();
         assert_eq!(response.status, 200);

@@ -52,6 +52,41 @@ pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
     }
 }
 
+/// A boxed future for [`PeerClient::forward`].
+pub type ForwardFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Committed, ForwardError>> + Send + 'a>>;
+
+/// How a node hands a write to the leader: HTTP between processes, an
+/// in-memory network in the simulator.
+pub trait PeerClient: Send + Sync + 'static {
+    /// Asks node `target`, reachable at `addr`, to commit `command`.
+    fn forward<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        command: &'a Command,
+        timeout: Duration,
+    ) -> ForwardFuture<'a>;
+}
+
+/// [`PeerClient`] over the node-to-node HTTP RPC.
+pub struct HttpPeers {
+    pub client: reqwest::Client,
+    pub cluster_secret: Option<String>,
+}
+
+impl PeerClient for HttpPeers {
+    fn forward<'a>(
+        &'a self,
+        _target: NodeId,
+        addr: &'a str,
+        command: &'a Command,
+        timeout: Duration,
+    ) -> ForwardFuture<'a> {
+        Box::pin(forward_command(&self.client, addr, self.cluster_secret.as_deref(), command, timeout))
+    }
+}
+
 /// The node's [`Proposer`]: commits locally when leader, forwards to the
 /// leader otherwise, and retries across an election. Answers `NoLeader`
 /// (503 at the API) when no leader can be reached; never reports success
@@ -59,8 +94,7 @@ pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
 pub struct ClusterProposer {
     pub raft: Raft,
     pub writer: LogWriter,
-    pub client: reqwest::Client,
-    pub cluster_secret: Option<String>,
+    pub peers: Arc<dyn PeerClient>,
 }
 
 impl ClusterProposer {
@@ -89,9 +123,8 @@ impl ClusterProposer {
     /// Forwards to the leader; gives up early if another leader is elected
     /// meanwhile (a paused or cut-off leader still accepts connections).
     async fn forward(&self, leader: NodeId, addr: &str, command: &Command) -> Option<Result<Response, ProposeError>> {
-        let secret = self.cluster_secret.as_deref();
         let forwarded = tokio::select! {
-            result = forward_command(&self.client, addr, secret, command, FORWARD_TIMEOUT) => result,
+            result = self.peers.forward(leader, addr, command, FORWARD_TIMEOUT) => result,
             () = self.leader_changed(Some(leader)) => return None,
         };
         match forwarded {

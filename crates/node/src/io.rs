@@ -8,6 +8,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hookraft_core::clock::Clock;
 use hookraft_delivery::transport::Transport;
+use hookraft_raft::ApplyObserver;
+use hookraft_raft::http_network::HttpNetwork;
+
+use crate::cluster::{HttpPeers, PeerClient};
 
 /// The system clock: wall time from `SystemTime`, monotonic from `Instant`.
 pub struct SystemClock {
@@ -45,27 +49,47 @@ pub enum Storage {
     Sled(PathBuf),
 }
 
-/// Time, randomness, the webhook transport and storage of one node.
+/// Time, randomness, the networks and storage of one node (DESIGN §9).
+/// `N` is the Raft network: HTTP between processes in production, an
+/// in-memory network in the simulator.
 #[derive(Clone)]
-pub struct Io {
+pub struct Io<N = HttpNetwork> {
     pub clock: Arc<dyn Clock>,
     /// Seeds every generator of the node (ids, secrets, jitter).
     pub seed: u64,
+    /// Where webhooks go.
     pub transport: Arc<dyn Transport>,
     pub storage: Storage,
+    /// openraft's RPCs to the other nodes.
+    pub network: N,
+    /// Writes forwarded to the leader.
+    pub peers: Arc<dyn PeerClient>,
+    /// Sees every applied command after the node's own observer (checkers).
+    pub apply_tap: Option<Arc<dyn ApplyObserver>>,
 }
 
-impl Io {
-    /// The system clock, OS entropy, reqwest, and sled under `data_dir`.
-    pub fn production(data_dir: PathBuf, allow_private_targets: bool) -> Result<Self, crate::NodeError> {
+impl Io<HttpNetwork> {
+    /// The system clock, OS entropy, reqwest for webhooks, HTTP between
+    /// nodes with the cluster secret, and sled under `data_dir`.
+    pub fn production(
+        data_dir: PathBuf,
+        allow_private_targets: bool,
+        cluster_secret: Option<String>,
+    ) -> Result<Self, crate::NodeError> {
         let transport = hookraft_delivery::http::HttpTransport::new(allow_private_targets)
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
+        let network =
+            HttpNetwork::new(cluster_secret.clone()).map_err(|e| crate::NodeError::Transport(e.to_string()))?;
+        let peers = HttpPeers { client: network.client().clone(), cluster_secret };
         Ok(Self {
             clock: Arc::new(SystemClock::new()),
             // The one draw from OS entropy; everything else derives from this seed.
             seed: os_seed(),
             transport: Arc::new(transport),
             storage: Storage::Sled(data_dir),
+            network,
+            peers: Arc::new(peers),
+            apply_tap: None,
         })
     }
 }

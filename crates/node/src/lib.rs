@@ -34,8 +34,8 @@ use hookraft_delivery::batcher::{OUTCOME_QUEUE_MAX, Proposer, run_outcome_batche
 use hookraft_delivery::context::{DeliveryContext, InFlightRegistry};
 use hookraft_delivery::metrics::DeliveryMetrics;
 use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
-use hookraft_raft::http_network::HttpNetwork;
 use hookraft_raft::{Raft, StateHandle, raft_config};
+use openraft::RaftNetworkFactory;
 use ractor::{Actor, ActorRef};
 use rand::SeedableRng;
 use tokio::net::TcpListener;
@@ -66,7 +66,11 @@ pub struct NodeHandle {
     raft: Raft,
     supervisor: ActorRef<SupervisorMsg>,
     shutdown: watch::Sender<bool>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// The HTTP server, when the node was given a listener.
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The node's full router (public API and node-to-node RPC), callable
+    /// without a socket.
+    pub router: axum::Router,
 }
 
 /// How long a fresh node waits to become leader of its one-member cluster.
@@ -75,21 +79,30 @@ const LEADERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Node;
 
 impl Node {
-    /// Starts a node serving its API on `listener`.
-    pub async fn start(config: NodeConfig, io: Io, listener: TcpListener) -> Result<NodeHandle, NodeError> {
-        let addr = listener.local_addr()?;
+    /// Starts a node; serves its API on `listener` when one is given (the
+    /// simulator calls [`NodeHandle::router`] directly instead).
+    pub async fn start<N>(config: NodeConfig, io: Io<N>, listener: Option<TcpListener>) -> Result<NodeHandle, NodeError>
+    where
+        N: RaftNetworkFactory<hookraft_raft::TypeConfig>,
+    {
+        let addr = match &listener {
+            Some(listener) => listener.local_addr()?,
+            None => config.listen,
+        };
         let link = Arc::new(observer::SupervisorLink::default());
         let Storage::Sled(dir) = &io.storage;
         std::fs::create_dir_all(dir)?;
-        let (log_store, state_machine, state) = hookraft_raft::open_sled(&dir.join("raft"), Some(link.clone()))?;
+        let observer: Arc<dyn hookraft_raft::ApplyObserver> = match io.apply_tap.clone() {
+            Some(tap) => Arc::new(observer::Both(link.clone(), tap)),
+            None => link.clone(),
+        };
+        let (log_store, state_machine, state) = hookraft_raft::open_sled(&dir.join("raft"), Some(observer))?;
 
         let mut config = config;
         if config.advertise.is_none() {
             config.advertise = Some(addr.to_string());
         }
-        let network =
-            HttpNetwork::new(config.cluster_secret.clone()).map_err(|e| NodeError::Transport(e.to_string()))?;
-        let raft = Raft::new(config.node_id, Arc::new(raft_config()), network, log_store, state_machine)
+        let raft = Raft::new(config.node_id, Arc::new(raft_config()), io.network, log_store, state_machine)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
         let single = config.peers.len() <= 1;
@@ -113,12 +126,8 @@ impl Node {
             .build()
             .map_err(|e| NodeError::Transport(e.to_string()))?;
         let writer = log_writer::LogWriter::start(raft.clone());
-        let proposer: Arc<dyn Proposer> = Arc::new(cluster::ClusterProposer {
-            raft: raft.clone(),
-            writer: writer.clone(),
-            client: client.clone(),
-            cluster_secret: config.cluster_secret.clone(),
-        });
+        let proposer: Arc<dyn Proposer> =
+            Arc::new(cluster::ClusterProposer { raft: raft.clone(), writer: writer.clone(), peers: io.peers.clone() });
         let (outcome_tx, outcome_rx) = tokio::sync::mpsc::channel(OUTCOME_QUEUE_MAX);
         tokio::spawn(run_outcome_batcher(outcome_rx, proposer.clone(), io.clock.clone(), config.node_id));
 
@@ -191,15 +200,18 @@ impl Node {
             local_write: Arc::new(cluster::RaftLocalWrite { writer }),
         });
         let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
+        let server = listener.map(|listener| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+            })
         });
         tracing::info!(node = config.node_id, %addr, "hookraft node serving");
-        Ok(NodeHandle { addr, state, raft, supervisor, shutdown, server })
+        Ok(NodeHandle { addr, state, raft, supervisor, shutdown, server, router: app })
     }
 }
 
@@ -208,7 +220,9 @@ impl NodeHandle {
     /// durable; deliveries in flight are re-sent after the next start.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        if let Some(server) = self.server {
+            let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+        }
         self.supervisor.stop(Some("node shutting down".into()));
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
@@ -217,10 +231,16 @@ impl NodeHandle {
 
     /// Waits until the HTTP server ends (after `shutdown`, or on an IO error).
     pub async fn serve_until_stopped(&mut self) -> std::io::Result<()> {
-        match (&mut self.server).await {
+        let Some(server) = self.server.as_mut() else { return std::future::pending().await };
+        match server.await {
             Ok(result) => result,
             Err(join) => Err(std::io::Error::other(join.to_string())),
         }
+    }
+
+    /// The Raft handle, for tests and the simulator.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
     }
 }
 

@@ -4,7 +4,7 @@
 //! apply, so it only enqueues messages and never blocks.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use hookraft_core::command::{Command, IngestResult, Response};
 use hookraft_core::ids::{DeliveryId, EndpointId};
@@ -76,4 +76,19 @@ fn group<'a>(pairs: impl Iterator<Item = &'a (DeliveryId, EndpointId)>) -> Vec<(
         by_endpoint.entry(endpoint.clone()).or_default().push(delivery.clone());
     }
     by_endpoint.into_iter().collect()
+}
+
+/// Two observers called in turn: the node's own, then a tap (the simulator's checkers).
+pub struct Both(pub Arc<SupervisorLink>, pub Arc<dyn ApplyObserver>);
+
+impl ApplyObserver for Both {
+    fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
+        self.0.applied(state, command, response);
+        self.1.applied(state, command, response);
+    }
+
+    fn snapshot_installed(&self, state: &ClusterState) {
+        self.0.snapshot_installed(state);
+        self.1.snapshot_installed(state);
+    }
 }
