@@ -17,6 +17,8 @@
 //! sled, ractor or openraft (checked by `tests/core_is_pure.rs`).
 
 pub mod breaker;
+#[cfg(feature = "break")]
+pub mod breaks;
 pub mod clock;
 pub mod command;
 pub mod ids;

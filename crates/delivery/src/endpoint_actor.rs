@@ -272,7 +272,8 @@ impl EndpointState {
                 attempt_number: queued.attempt_count + 1,
             }
         };
-        let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.endpoint_id.shard(), token };
+        let origin =
+            SendOrigin { node_id: self.ctx.node_id, shard: self.endpoint_id.shard(), token, started_at_ms: now_ms };
         let request = build_request(endpoint, &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();

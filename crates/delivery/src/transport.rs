@@ -29,6 +29,8 @@ pub struct SendOrigin {
     pub node_id: u64,
     pub shard: u16,
     pub token: u64,
+    /// The sender's wall time at the start of the attempt, as on the timeline.
+    pub started_at_ms: u64,
 }
 
 /// Shared request bodies: one event's payload is sent to many endpoints.

@@ -154,6 +154,9 @@ impl Proposer for ClusterProposer {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + PROPOSE_DEADLINE;
             loop {
+                if self.raft.metrics().borrow().running_state.is_err() {
+                    return Err(ProposeError::ShuttingDown);
+                }
                 let leader = self.leader();
                 let attempt = match &leader {
                     Some((id, _)) if self.is_self(*id) => match self.writer.write(command.clone()).await {

@@ -47,6 +47,8 @@ impl Clock for SystemClock {
 pub enum Storage {
     /// A sled database in this directory.
     Sled(PathBuf),
+    /// An in-memory disk that loses unflushed writes on a crash (simulation).
+    Memory(hookraft_raft::MemDisk),
 }
 
 /// Time, randomness, the networks and storage of one node (DESIGN §9).

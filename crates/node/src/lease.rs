@@ -84,14 +84,16 @@ pub struct LeaseLoop {
     pub raft: Raft,
     pub state: StateHandle,
     pub supervisor: ActorRef<SupervisorMsg>,
+    /// Becomes true when the node stops.
+    pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// How often the loop checks whether the lease lapsed between heartbeats.
 const LEASE_CHECK_MS: u64 = 100;
 
 impl LeaseLoop {
-    /// Runs until the proposer shuts down.
-    pub async fn run(self) {
+    /// Runs until the node stops.
+    pub async fn run(mut self) {
         let period_ms = (self.lease_ms / 3).max(1);
         let mut next_heartbeat_ms = 0;
         let mut next_duty_ms = 0;
@@ -117,7 +119,11 @@ impl LeaseLoop {
                     return;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(LEASE_CHECK_MS)).await;
+            tokio::select! {
+                biased;
+                _ = self.stop.wait_for(|stopped| *stopped) => return,
+                () = tokio::time::sleep(Duration::from_millis(LEASE_CHECK_MS)) => {}
+            }
         }
     }
 

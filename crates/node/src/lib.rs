@@ -71,6 +71,9 @@ pub struct NodeHandle {
     /// The node's full router (public API and node-to-node RPC), callable
     /// without a socket.
     pub router: axum::Router,
+    /// Commits a command here if this node leads (the node-to-node
+    /// `/internal/propose` path), for the simulator's network.
+    pub local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite>,
 }
 
 /// How long a fresh node waits to become leader of its one-member cluster.
@@ -90,13 +93,18 @@ impl Node {
             None => config.listen,
         };
         let link = Arc::new(observer::SupervisorLink::default());
-        let Storage::Sled(dir) = &io.storage;
-        std::fs::create_dir_all(dir)?;
+        let backend = match &io.storage {
+            Storage::Sled(dir) => {
+                std::fs::create_dir_all(dir)?;
+                hookraft_raft::Backend::Sled(dir.join("raft"))
+            }
+            Storage::Memory(disk) => hookraft_raft::Backend::Memory(disk.clone()),
+        };
         let observer: Arc<dyn hookraft_raft::ApplyObserver> = match io.apply_tap.clone() {
             Some(tap) => Arc::new(observer::Both(link.clone(), tap)),
             None => link.clone(),
         };
-        let (log_store, state_machine, state) = hookraft_raft::open_sled(&dir.join("raft"), Some(observer))?;
+        let (log_store, state_machine, state) = hookraft_raft::open(&backend, Some(observer))?;
 
         let mut config = config;
         if config.advertise.is_none() {
@@ -155,6 +163,7 @@ impl Node {
             Actor::spawn(None, DeliverySupervisor, ctx).await.map_err(|e| NodeError::Actors(e.to_string()))?;
         let _ = link.supervisor.set(supervisor.clone());
 
+        let (shutdown, stop) = watch::channel(false);
         tokio::spawn(
             lease::LeaseLoop {
                 node_id: config.node_id,
@@ -165,6 +174,7 @@ impl Node {
                 raft: raft.clone(),
                 state: state.clone(),
                 supervisor: supervisor.clone(),
+                stop: stop.clone(),
             }
             .run(),
         );
@@ -193,15 +203,17 @@ impl Node {
             allow_private_targets: config.allow_private_targets,
             secret_grace_ms: config.secret_grace_ms,
         });
-        let (shutdown, mut stop) = watch::channel(false);
+        let local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite> =
+            Arc::new(cluster::RaftLocalWrite { writer });
         let internal = Arc::new(InternalRpc {
             raft: raft.clone(),
             cluster_secret: config.cluster_secret.clone(),
-            local_write: Arc::new(cluster::RaftLocalWrite { writer }),
+            local_write: local_write.clone(),
         });
         let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
         let server = listener.map(|listener| {
             let app = app.clone();
+            let mut stop = stop.clone();
             tokio::spawn(async move {
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async move {
@@ -211,7 +223,7 @@ impl Node {
             })
         });
         tracing::info!(node = config.node_id, %addr, "hookraft node serving");
-        Ok(NodeHandle { addr, state, raft, supervisor, shutdown, server, router: app })
+        Ok(NodeHandle { addr, state, raft, supervisor, shutdown, server, router: app, local_write })
     }
 }
 
@@ -235,6 +247,21 @@ impl NodeHandle {
         match server.await {
             Ok(result) => result,
             Err(join) => Err(std::io::Error::other(join.to_string())),
+        }
+    }
+
+    /// Stops the node at once, as a crash would: no graceful drain. What
+    /// survives is what its storage had made durable.
+    pub async fn crash(self) {
+        let _ = self.shutdown.send(true);
+        if let Some(server) = &self.server {
+            server.abort();
+        }
+        // Stopping (not killing) runs the actors' post_stop, which aborts
+        // attempts in flight: a crashed process sends nothing more.
+        self.supervisor.stop(Some("node crashed".into()));
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
         }
     }
 

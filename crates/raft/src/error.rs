@@ -20,8 +20,9 @@ pub enum Error {
         #[source]
         source: sled::Error,
     },
-    #[error("the raft store at {path} has format version {found}; this build reads only version {expected}")]
-    UnsupportedFormat { path: PathBuf, found: u32, expected: u32 },
+    /// `store` names the disk (see [`crate::disk::Disk::describe`]).
+    #[error("the raft store in the {store} has format version {found}; this build reads only version {expected}")]
+    UnsupportedFormat { store: String, found: u32, expected: u32 },
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
     #[error("cannot encode {what}: {source}")]
@@ -42,6 +43,10 @@ pub enum Error {
     /// not match its entry's index).
     #[error("corrupt raft store: {0}")]
     Corrupt(String),
+    /// A handle on a [`crate::MemDisk`] was used after the disk crashed:
+    /// the node that opened it is dead and must reopen the disk.
+    #[error("tree {tree} of an in-memory disk was used after the disk crashed")]
+    DiskCrashed { tree: String },
     /// The single-node network has no transport to other nodes.
     #[error("no transport to node {target}: this node runs as a single-member cluster")]
     NoTransport { target: NodeId },

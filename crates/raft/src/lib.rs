@@ -3,16 +3,23 @@
 //!
 //! A tour:
 //! - this file: [`TypeConfig`], aliases for openraft's generic types, and
-//!   [`open_sled`], which opens one sled database and returns the log store,
-//!   the state machine and a read handle on the replicated state.
-//! - [`log_store`]: [`SledLogStore`], the Raft log, vote and committed id in
-//!   sled. Appends and votes are fsynced before openraft is told they are done.
+//!   [`open`], which opens the stores on a [`Backend`] (a sled directory in
+//!   production, a [`MemDisk`] in simulation) and returns the log store, the
+//!   state machine and a read handle on the replicated state.
+//! - [`disk`]: the storage seam — [`Disk`] and [`KvTree`], the few
+//!   operations the stores need, and [`SledDisk`], their sled implementation.
+//! - [`mem_disk`]: [`MemDisk`], the in-memory disk that loses unflushed
+//!   writes on [`MemDisk::crash`].
+//! - [`runtime`]: [`SeededRuntime`], openraft's tokio runtime with a
+//!   per-thread generator that [`seed_thread_rng`] makes deterministic.
+//! - [`log_store`]: [`LogStore`], the Raft log, vote and committed id.
+//!   Appends and votes are flushed before openraft is told they are done.
 //! - [`state_machine`]: [`StateMachineStore`], which applies committed
 //!   [`Command`]s to an in-memory [`ClusterState`], builds and installs
-//!   snapshots (persisted in sled), and calls an [`ApplyObserver`] after each
-//!   command; [`StateHandle`] is the rest of the node's read-only view.
+//!   snapshots (persisted on the disk), and calls an [`ApplyObserver`] after
+//!   each command; [`StateHandle`] is the rest of the node's read-only view.
 //! - `snapshot` (private): what a snapshot's bytes hold (a versioned
-//!   payload) and the sled tree that keeps the current one.
+//!   payload) and the tree that keeps the current one.
 //! - [`network`]: [`SingleNodeNetwork`], the network of a one-member cluster,
 //!   and [`raft_config`], the openraft timing and snapshot settings.
 //! - [`http_network`]: [`HttpNetwork`], the network of a clustered node (Raft
@@ -24,37 +31,45 @@
 //! - `codec` (private): the bincode encoding of everything this crate persists.
 //!
 //! This crate owns the durability contract of DESIGN §1 ("accepted means
-//! durable"): an entry is reported as appended only after sled has fsynced it.
+//! durable"): an entry is reported as appended only after the disk has
+//! flushed it (an fsync on sled).
 //! It must not decide anything about the domain: every state change goes
 //! through [`ClusterState::apply`] in `hookraft-core`.
 
+pub mod disk;
 pub mod error;
 pub mod http_network;
 pub mod log_store;
+pub mod mem_disk;
 pub mod network;
 pub mod rpc;
+pub mod runtime;
 pub mod state_machine;
 
 mod codec;
 mod snapshot;
 
 use std::io::Cursor;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use hookraft_core::{ClusterState, Command, Response};
 
+pub use disk::{Batch, BatchOp, Disk, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
-pub use log_store::SledLogStore;
+pub use log_store::{LogStore, SledLogStore};
+pub use mem_disk::MemDisk;
 pub use network::{SingleNodeNetwork, UnreachablePeer, raft_config};
 pub use rpc::{ProposeReply, RaftReply};
+pub use runtime::{SeededRuntime, SeededThreadRng, seed_thread_rng};
 pub use state_machine::{ApplyObserver, StateHandle, StateMachineStore, StateRef, snapshot_id};
 
 openraft::declare_raft_types!(
     /// openraft's type parameters for hookraft: commands in, responses out,
     /// nodes named by `u64` with a [`openraft::BasicNode`] address, snapshots
-    /// as in-memory byte buffers, the tokio runtime.
+    /// as in-memory byte buffers, tokio with a seedable generator
+    /// ([`SeededRuntime`]).
     pub TypeConfig:
         D = hookraft_core::Command,
         R = hookraft_core::Response,
@@ -62,7 +77,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = SeededRuntime,
 );
 
 /// A Raft node id (the same numbers as `hookraft_core::ids::NodeId`).
@@ -90,33 +105,50 @@ pub type StorageError = openraft::StorageError<NodeId>;
 /// openraft's metrics of a running node.
 pub type RaftMetrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
 
-/// sled's page cache size. The log's hot tail and the snapshot fit easily;
-/// sled evicts the rest.
-pub const SLED_CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+/// Where a node keeps its Raft store.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A sled database in this directory (production).
+    Sled(PathBuf),
+    /// An in-memory disk (simulation). Keep a clone to crash it.
+    Memory(MemDisk),
+}
 
-/// Opens (or creates) the Raft store in the directory `path`: one sled
-/// database holding the log, the vote and the last snapshot.
+/// Opens (or creates) the Raft store on `backend`: the log, the vote and the
+/// last snapshot.
 ///
 /// The state machine starts from the persisted snapshot, if any; openraft
 /// then re-applies the committed log after it. `observer` is called after
 /// each applied command (see [`ApplyObserver`]).
 ///
-/// The returned stores share the database: drop all of them (and the `Raft`
-/// that owns them) before opening the same path again, or the open fails
-/// on sled's file lock.
+/// On sled, the returned stores share the database: drop all of them (and
+/// the `Raft` that owns them) before opening the same path again, or the
+/// open fails on sled's file lock. A [`MemDisk`] has no lock: reopen it
+/// after [`MemDisk::crash`], which also stops the old stores.
+pub fn open(
+    backend: &Backend,
+    observer: Option<Arc<dyn ApplyObserver>>,
+) -> Result<(LogStore, StateMachineStore, StateHandle), Error> {
+    match backend {
+        Backend::Sled(path) => open_disk(&SledDisk::open(path)?, observer),
+        Backend::Memory(disk) => open_disk(disk, observer),
+    }
+}
+
+/// [`open`] on any [`Disk`], e.g. a test's wrapper that injects faults.
+pub fn open_disk(
+    disk: &dyn Disk,
+    observer: Option<Arc<dyn ApplyObserver>>,
+) -> Result<(LogStore, StateMachineStore, StateHandle), Error> {
+    let log_store = LogStore::open(disk)?;
+    let (state_machine, handle) = StateMachineStore::open(disk, observer)?;
+    Ok((log_store, state_machine, handle))
+}
+
+/// [`open`] on a sled database in the directory `path`.
 pub fn open_sled(
     path: &Path,
     observer: Option<Arc<dyn ApplyObserver>>,
-) -> Result<(SledLogStore, StateMachineStore, StateHandle), Error> {
-    let db = sled::Config::new()
-        .path(path)
-        .cache_capacity(SLED_CACHE_CAPACITY_BYTES)
-        // We fsync explicitly where openraft requires it; a timer would only
-        // add background IO.
-        .flush_every_ms(None)
-        .open()
-        .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
-    let log_store = SledLogStore::open(&db, path)?;
-    let (state_machine, handle) = StateMachineStore::open(&db, observer)?;
-    Ok((log_store, state_machine, handle))
+) -> Result<(LogStore, StateMachineStore, StateHandle), Error> {
+    open(&Backend::Sled(path.to_path_buf()), observer)
 }

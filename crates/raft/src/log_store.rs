@@ -1,29 +1,31 @@
-//! [`SledLogStore`]: the Raft log, vote and committed id, in sled.
+//! [`LogStore`]: the Raft log, vote and committed id, on a [`Disk`].
 //!
-//! Two trees of the node's sled database:
-//! - `raft_log`: big-endian `u64` index → bincode of the [`Entry`], so sled's
-//!   byte order is log order;
+//! Two trees of the node's disk (sled in production, a
+//! [`crate::MemDisk`] in simulation; the code is the same):
+//! - `raft_log`: big-endian `u64` index → bincode of the [`Entry`], so the
+//!   disk's byte order is log order;
 //! - `raft_meta`: the vote, the last committed and last purged log ids, and
 //!   the store's format version.
 //!
-//! Durability: `append` fsyncs before it reports the entries flushed, and
-//! `save_vote`, `truncate` and `purge` fsync before they return. The committed
-//! id is written without an fsync: openraft only uses it to re-apply entries
-//! sooner after a restart, and a stale value is allowed (it is fsynced with
-//! the next append). sled recovers its writes in order, so the log never has
-//! a hole after a crash.
+//! Durability: `append` flushes the disk before it reports the entries
+//! flushed, and `save_vote`, `truncate` and `purge` flush before they return.
+//! The committed id is written without a flush: openraft only uses it to
+//! re-apply entries sooner after a restart, and a stale value is allowed (it
+//! is flushed with the next append). Each append, truncate and purge is one
+//! atomic batch, so the log never has a hole after a crash.
 //!
 //! This module must not interpret the entries it stores: it only orders,
 //! persists and returns them.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 
 use crate::codec::{decode, encode};
+use crate::disk::{Batch, Disk, KvTree};
 use crate::{Entry, Error, LogId, LogState, StorageError, TypeConfig, Vote};
 
 /// The layout version this build writes and reads; bump it (and migrate)
@@ -41,17 +43,18 @@ const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
 
-/// The Raft log store. Cheap to clone: clones share the sled trees, which is
-/// how [`RaftLogStorage::get_log_reader`] hands out readers.
+/// The Raft log store. Cheap to clone: clones share the disk's trees, which
+/// is how [`RaftLogStorage::get_log_reader`] hands out readers.
 #[derive(Clone)]
-pub struct SledLogStore {
-    /// For fsync: sled flushes every tree of the database at once.
-    db: sled::Db,
-    /// Index → entry.
-    log: sled::Tree,
+pub struct LogStore {
+    /// Index → entry. Its flush covers `meta` too (one disk).
+    log: Arc<dyn KvTree>,
     /// Vote, committed, last purged, format version.
-    meta: sled::Tree,
+    meta: Arc<dyn KvTree>,
 }
+
+/// The old name of [`LogStore`], from when it only ran on sled.
+pub type SledLogStore = LogStore;
 
 fn log_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
@@ -82,23 +85,25 @@ fn index_span(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
     }
 }
 
-impl SledLogStore {
-    /// Opens the log trees of `db`, checking (or, on a new store, writing)
-    /// the format version. `path` only names the store in errors.
-    pub fn open(db: &sled::Db, path: &Path) -> Result<Self, Error> {
-        let store = Self { db: db.clone(), log: db.open_tree(LOG_TREE)?, meta: db.open_tree(META_TREE)? };
+impl LogStore {
+    /// Opens the log trees of `disk`, checking (or, on a new store, writing)
+    /// the format version.
+    pub fn open(disk: &dyn Disk) -> Result<Self, Error> {
+        let store = Self { log: disk.open_tree(LOG_TREE)?, meta: disk.open_tree(META_TREE)? };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
                 let found: u32 = decode("log format version", &bytes)?;
                 if found != LOG_FORMAT_VERSION {
                     return Err(Error::UnsupportedFormat {
-                        path: path.to_path_buf(),
+                        store: disk.describe(),
                         found,
                         expected: LOG_FORMAT_VERSION,
                     });
                 }
             }
             None => {
+                // Durable with the first flush; until then a crash leaves a
+                // store that is simply new again.
                 store.meta.insert(KEY_FORMAT, encode("log format version", &LOG_FORMAT_VERSION)?)?;
             }
         }
@@ -132,16 +137,11 @@ impl SledLogStore {
         let Some((start, end)) = index_span(range) else {
             return Ok(Vec::new());
         };
-        let iter = match end {
-            Some(end) => self.log.range(log_key(start)..log_key(end)),
-            None => self.log.range(log_key(start)..),
-        };
-        let mut entries = Vec::new();
-        for item in iter.take(limit) {
-            let (key, value) = item?;
-            entries.push(Self::decode_entry(&key, &value)?);
-        }
-        Ok(entries)
+        let start = log_key(start);
+        let end = end.map(log_key);
+        let end = end.as_ref().map_or(Bound::Unbounded, |end| Bound::Excluded(&end[..]));
+        let pairs = self.log.range(Bound::Included(&start[..]), end, limit)?;
+        pairs.iter().map(|(key, value)| Self::decode_entry(key, value)).collect()
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, Error> {
@@ -157,19 +157,14 @@ impl SledLogStore {
         Ok(LogState { last_purged_log_id, last_log_id })
     }
 
-    /// Removes every entry with an index in `range`.
-    fn remove_entries(&self, range: impl RangeBounds<[u8; 8]>) -> Result<(), Error> {
-        let mut batch = sled::Batch::default();
-        for item in self.log.range(range) {
-            let (key, _) = item?;
-            batch.remove(key);
-        }
-        self.log.apply_batch(batch)?;
-        Ok(())
+    /// Removes every entry with an index in `(start, end)`.
+    fn remove_entries(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), Error> {
+        let (start, end) = (start.map(log_key), end.map(log_key));
+        self.log.remove_range(start.as_ref().map(|k| &k[..]), end.as_ref().map(|k| &k[..]))
     }
 
     fn insert_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), Error> {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         let mut previous: Option<u64> = None;
         for entry in entries {
             let index = entry.log_id.index;
@@ -181,14 +176,13 @@ impl SledLogStore {
         Ok(())
     }
 
-    /// fsyncs everything written so far, in every tree.
+    /// Makes everything written so far durable, in every tree.
     async fn flush(&self) -> Result<(), Error> {
-        self.db.flush_async().await?;
-        Ok(())
+        self.log.flush().await
     }
 }
 
-impl RaftLogReader<TypeConfig> for SledLogStore {
+impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -202,7 +196,7 @@ impl RaftLogReader<TypeConfig> for SledLogStore {
     }
 }
 
-impl RaftLogStorage<TypeConfig> for SledLogStore {
+impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState, StorageError> {
@@ -223,7 +217,7 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not fsynced on purpose: see the module docs.
+        // Not flushed on purpose: see the module docs.
         self.write_meta("committed log id", KEY_COMMITTED, &committed)
             .map_err(|e| e.storage(ErrorSubject::Store, ErrorVerb::Write))
     }
@@ -256,7 +250,8 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating the raft log");
-        self.remove_entries(log_key(log_id.index)..).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.remove_entries(Bound::Included(log_id.index), Bound::Unbounded)
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
 
@@ -266,7 +261,8 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
         // leaves extra entries, never a log that starts after a hole.
         self.write_meta("last purged log id", KEY_LAST_PURGED, &log_id)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
-        self.remove_entries(..=log_key(log_id.index)).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.remove_entries(Bound::Unbounded, Bound::Included(log_id.index))
+            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
 }

@@ -3,9 +3,9 @@
 //! A snapshot's bytes are a bincode [`SnapshotPayload`]: the last applied log
 //! id, the last membership and the whole [`ClusterState`]. They travel to
 //! followers unchanged, so the payload is a versioned enum (a shipped variant
-//! is frozen). The current snapshot lives in the sled tree `raft_snapshot`:
-//! its metadata and its bytes, written together in one atomic batch and
-//! fsynced.
+//! is frozen). The current snapshot lives in the disk's tree
+//! `raft_snapshot`: its metadata and its bytes, written together in one
+//! atomic batch and flushed.
 //!
 //! This module must not decide when to snapshot (openraft does) nor touch
 //! the live state (the state machine does).
@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode, encode};
+use crate::disk::{Batch, Disk, KvTree};
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
 const SNAPSHOT_TREE: &str = "raft_snapshot";
@@ -62,18 +63,16 @@ pub(crate) fn decode_payload(
 /// The durable home of the current snapshot. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SnapshotStore {
-    /// For fsync: sled flushes every tree of the database at once.
-    db: sled::Db,
-    tree: sled::Tree,
+    tree: Arc<dyn KvTree>,
     /// Serializes compare-and-replace, so a snapshot built concurrently with
-    /// an install never overwrites a newer one. Held only across sled's
+    /// an install never overwrites a newer one. Held only across the disk's
     /// synchronous calls, never across an await.
     replace: Arc<Mutex<()>>,
 }
 
 impl SnapshotStore {
-    pub(crate) fn open(db: &sled::Db) -> Result<Self, Error> {
-        Ok(Self { db: db.clone(), tree: db.open_tree(SNAPSHOT_TREE)?, replace: Arc::new(Mutex::new(())) })
+    pub(crate) fn open(disk: &dyn Disk) -> Result<Self, Error> {
+        Ok(Self { tree: disk.open_tree(SNAPSHOT_TREE)?, replace: Arc::new(Mutex::new(())) })
     }
 
     /// The current snapshot's metadata and bytes, if one was saved.
@@ -86,10 +85,10 @@ impl SnapshotStore {
             .tree
             .get(KEY_DATA)?
             .ok_or_else(|| Error::Corrupt(format!("snapshot {} has metadata but no data", meta.snapshot_id)))?;
-        Ok(Some((meta, data.to_vec())))
+        Ok(Some((meta, data)))
     }
 
-    /// Makes `meta` and `data` the current snapshot and fsyncs, unless the
+    /// Makes `meta` and `data` the current snapshot and flushes, unless the
     /// stored one is already newer (then nothing is written). Returns whether
     /// it was stored.
     pub(crate) async fn save(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<bool, Error> {
@@ -103,12 +102,12 @@ impl SnapshotStore {
                     return Ok(false);
                 }
             }
-            let mut batch = sled::Batch::default();
+            let mut batch = Batch::default();
             batch.insert(KEY_META, meta_bytes);
-            batch.insert(KEY_DATA, data);
+            batch.insert(KEY_DATA, data.to_vec());
             self.tree.apply_batch(batch)?;
         }
-        self.db.flush_async().await?;
+        self.tree.flush().await?;
         Ok(true)
     }
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
+use crate::disk::Disk;
 use crate::snapshot::{SnapshotStore, decode_payload, encode_payload};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
@@ -127,10 +128,10 @@ pub struct StateMachineStore {
 }
 
 impl StateMachineStore {
-    /// Opens the state machine over `db`, starting from the persisted
+    /// Opens the state machine over `disk`, starting from the persisted
     /// snapshot if there is one, else from an empty state.
-    pub fn open(db: &sled::Db, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
-        let snapshots = SnapshotStore::open(db)?;
+    pub fn open(disk: &dyn Disk, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
+        let snapshots = SnapshotStore::open(disk)?;
         let applied = match snapshots.load()? {
             Some((meta, data)) => {
                 let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;

@@ -1,11 +1,9 @@
-//! [`SledLogStore`] across a reopen: what was appended, voted, committed,
-//! truncated and purged is what comes back; a store of another format
-//! version is refused.
-
-use std::path::Path;
+//! [`LogStore`] across a reopen, on sled and on a crashed [`MemDisk`]: what
+//! was appended, voted, committed, truncated and purged is what comes back;
+//! a store of another format version is refused.
 
 use hookraft_core::Command;
-use hookraft_raft::{Entry, EntryPayload, Error, LogId, SledLogStore, Vote, open_sled};
+use hookraft_raft::{Backend, Disk, Entry, EntryPayload, Error, LogId, LogStore, MemDisk, Vote, open, open_sled};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, RaftLogReader};
 
@@ -18,19 +16,26 @@ fn entry(term: u64, index: u64) -> Entry {
     Entry { log_id: log_id(term, index), payload }
 }
 
-fn open(dir: &Path) -> SledLogStore {
-    open_sled(dir, None).expect("open the store").0
+fn open_log(backend: &Backend) -> LogStore {
+    open(backend, None).expect("open the store").0
+}
+
+/// Opens the store again after the previous one was dropped; a memory disk
+/// crashes first, so only what was flushed comes back.
+fn reopen_log(backend: &Backend) -> LogStore {
+    if let Backend::Memory(disk) = backend {
+        disk.crash();
+    }
+    open_log(backend)
 }
 
 fn indexes(entries: &[Entry]) -> Vec<u64> {
     entries.iter().map(|e| e.log_id.index).collect()
 }
 
-#[tokio::test]
-async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
-    let dir = tempfile::tempdir().expect("tempdir");
+async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(backend: &Backend) {
     {
-        let mut store = open(dir.path());
+        let mut store = open_log(backend);
         store.blocking_append((0..=10).map(|i| entry(1, i))).await.expect("append");
         store.truncate(log_id(1, 8)).await.expect("truncate");
         store.blocking_append([entry(2, 8)]).await.expect("append after truncate");
@@ -41,7 +46,7 @@ async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
         store.blocking_append([entry(2, 9)]).await.expect("append");
     }
 
-    let mut store = open(dir.path());
+    let mut store = reopen_log(backend);
     let state = store.get_log_state().await.expect("log state");
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
     assert_eq!(state.last_log_id, Some(log_id(2, 9)));
@@ -57,9 +62,20 @@ async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
 }
 
 #[tokio::test]
+async fn sled_log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(&Backend::Sled(dir.path().to_path_buf())).await;
+}
+
+#[tokio::test]
+async fn memory_log_vote_and_committed_survive_a_crash_after_truncate_and_purge() {
+    log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(&Backend::Memory(MemDisk::new())).await;
+}
+
+#[tokio::test]
 async fn purging_every_entry_keeps_the_purge_point_as_last_log_id() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut store = open(dir.path());
+    let mut store = open_log(&Backend::Sled(dir.path().to_path_buf()));
     store.blocking_append((0..5).map(|i| entry(1, i))).await.expect("append");
     store.purge(log_id(1, 4)).await.expect("purge");
     let state = store.get_log_state().await.expect("log state");
@@ -78,6 +94,19 @@ fn store_of_another_format_version_is_refused() {
     }
     match open_sled(dir.path(), None) {
         Err(Error::UnsupportedFormat { found: 99, expected: 1, .. }) => {}
+        Err(other) => panic!("unexpected error {other}"),
+        Ok(_) => panic!("a store of format version 99 was opened"),
+    }
+}
+
+#[test]
+fn memory_store_of_another_format_version_is_refused_and_named() {
+    let disk = MemDisk::new();
+    let meta = disk.open_tree("raft_meta").expect("meta tree");
+    let version = bincode::serde::encode_to_vec(99u32, bincode::config::standard()).expect("encode");
+    meta.insert(b"format_version", version).expect("insert");
+    match open(&Backend::Memory(disk), None) {
+        Err(Error::UnsupportedFormat { store, found: 99, expected: 1 }) => assert_eq!(store, "in-memory disk"),
         Err(other) => panic!("unexpected error {other}"),
         Ok(_) => panic!("a store of format version 99 was opened"),
     }

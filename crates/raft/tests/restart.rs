@@ -1,16 +1,17 @@
-//! A real single-node `openraft::Raft` over the sled stores: commands are
-//! applied and observed, a snapshot is built, and after a restart the state
-//! comes back from the snapshot plus a replay of the log after it.
+//! A real single-node `openraft::Raft` over the stores, on both backends:
+//! commands are applied and observed, a snapshot is built, and after a
+//! restart (on sled) or a crash (of a [`MemDisk`]) the state comes back from
+//! the snapshot plus a replay of the log after it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hookraft_core::{ClusterState, Command, Response};
 use hookraft_raft::{
-    ApplyObserver, Error, Raft, SingleNodeNetwork, SledLogStore, StateHandle, StateMachineStore, open_sled, raft_config,
+    ApplyObserver, Backend, Error, LogStore, MemDisk, Raft, SingleNodeNetwork, StateHandle, StateMachineStore, open,
+    raft_config, seed_thread_rng,
 };
 use openraft::{BasicNode, ServerState};
 
@@ -40,15 +41,15 @@ impl ApplyObserver for RecordingObserver {
 
 /// Opens the store, waiting while a previous `Raft` still holds it: after
 /// `shutdown` returns, openraft's state machine task drops its store (and
-/// with it sled's file lock) a moment later.
+/// with it sled's file lock) a moment later. A memory disk has no lock.
 async fn open_when_released(
-    dir: &Path,
+    backend: &Backend,
     observer: Arc<RecordingObserver>,
-) -> (SledLogStore, StateMachineStore, StateHandle) {
+) -> (LogStore, StateMachineStore, StateHandle) {
     let attempts = async {
         loop {
             let observer: Arc<dyn ApplyObserver> = observer.clone();
-            match open_sled(dir, Some(observer)) {
+            match open(backend, Some(observer)) {
                 Err(Error::Open { .. }) => tokio::time::sleep(RETRY_PAUSE).await,
                 opened => return opened.expect("open the store"),
             }
@@ -57,7 +58,7 @@ async fn open_when_released(
     tokio::time::timeout(DEADLINE, attempts).await.expect("the previous raft releases the store")
 }
 
-async fn launch(log_store: SledLogStore, state_machine: StateMachineStore) -> Raft {
+async fn launch(log_store: LogStore, state_machine: StateMachineStore) -> Raft {
     Raft::new(NODE, Arc::new(raft_config()), SingleNodeNetwork, log_store, state_machine).await.expect("start raft")
 }
 
@@ -76,11 +77,11 @@ async fn assign_shard(raft: &Raft, shard: u16) -> u64 {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn state_after_restart_equals_state_before_from_snapshot_plus_log() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Writes, snapshots, writes more, stops the node — and, on a memory disk,
+/// crashes it — then restarts it on the same disk and checks the state.
+async fn state_after_restart_equals_state_before_from_snapshot_plus_log(backend: &Backend) {
     let observer = Arc::new(RecordingObserver::default());
-    let (log_store, state_machine, handle) = open_when_released(dir.path(), observer.clone()).await;
+    let (log_store, state_machine, handle) = open_when_released(backend, observer.clone()).await;
     let raft = launch(log_store, state_machine).await;
     raft.initialize(BTreeMap::from([(NODE, BasicNode::default())])).await.expect("initialize");
     wait_for_leadership(&raft).await;
@@ -111,9 +112,13 @@ async fn state_after_restart_equals_state_before_from_snapshot_plus_log() {
     assert_eq!((before.shards[1].token, before.last_token), (7, 7));
     raft.shutdown().await.expect("shutdown");
     drop(raft);
+    if let Backend::Memory(disk) = backend {
+        // Every acknowledged write was flushed; the committed id may not be.
+        disk.crash();
+    }
 
     let observer = Arc::new(RecordingObserver::default());
-    let (log_store, state_machine, handle) = open_when_released(dir.path(), observer.clone()).await;
+    let (log_store, state_machine, handle) = open_when_released(backend, observer.clone()).await;
     {
         let restored = handle.read();
         assert_eq!(restored.last_applied().map(|id| id.index), Some(snapshot_at.index), "restored from the snapshot");
@@ -131,4 +136,19 @@ async fn state_after_restart_equals_state_before_from_snapshot_plus_log() {
     assert_eq!(observer.commands.load(Ordering::SeqCst), 6, "replayed commands are observed");
     assert_eq!(assign_shard(&raft, 2).await, 8, "tokens keep increasing after the restart");
     raft.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sled_state_after_restart_equals_state_before_from_snapshot_plus_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    state_after_restart_equals_state_before_from_snapshot_plus_log(&Backend::Sled(dir.path().to_path_buf())).await;
+}
+
+/// As a simulation runs it: one thread, a seeded generator, no sled.
+#[tokio::test(flavor = "current_thread")]
+async fn memory_state_after_crash_equals_state_before_from_snapshot_plus_log() {
+    seed_thread_rng(7);
+    let disk = MemDisk::new();
+    state_after_restart_equals_state_before_from_snapshot_plus_log(&Backend::Memory(disk.clone())).await;
+    assert_eq!(disk.crashes(), 1);
 }

@@ -80,6 +80,16 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
         idempotency_key: key,
         endpoint_ids,
     };
+    #[cfg(feature = "break")]
+    if hookraft_core::breaks::ack_before_commit() {
+        // Deliberately wrong (simulator's `--break ack-before-commit`).
+        let body = serde_json::json!({"id": event.id, "type": event.event_type, "deliveries": []});
+        let ingest = ctx.ingest.clone();
+        tokio::spawn(async move {
+            let _ = ingest.submit(event).await;
+        });
+        return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
+    }
     let started_ms = ctx.clock.monotonic_ms();
     let result = ctx.ingest.submit(event).await?;
     let m = &ctx.metrics;

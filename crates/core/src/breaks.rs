@@ -1,0 +1,28 @@
+//! Deliberate bugs, compiled only with the `break` feature, for the
+//! simulator's `--break` flags: they show that its checkers can fail. The
+//! switches are per thread, and a simulation runs on one thread.
+
+use std::cell::Cell;
+
+thread_local! {
+    static SKIP_FENCING: Cell<bool> = const { Cell::new(false) };
+    static ACK_BEFORE_COMMIT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `--break fencing`: `apply` accepts outcomes whatever their token.
+pub fn set_skip_fencing(on: bool) {
+    SKIP_FENCING.with(|c| c.set(on));
+}
+
+pub fn skip_fencing() -> bool {
+    SKIP_FENCING.with(Cell::get)
+}
+
+/// `--break ack-before-commit`: the API answers 202 before the event commits.
+pub fn set_ack_before_commit(on: bool) {
+    ACK_BEFORE_COMMIT.with(|c| c.set(on));
+}
+
+pub fn ack_before_commit() -> bool {
+    ACK_BEFORE_COMMIT.with(Cell::get)
+}

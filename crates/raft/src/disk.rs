@@ -1,0 +1,230 @@
+//! The storage seam: [`Disk`] and [`KvTree`], the few operations the log
+//! store and the state machine need from a disk, and [`SledDisk`], the
+//! production implementation over one sled database.
+//!
+//! A disk is a set of named trees of ordered byte keys. Writes are visible
+//! to reads at once but are **durable only after a [`KvTree::flush`]**,
+//! which covers every tree of the disk (as sled's flush covers its whole
+//! database). A [`Batch`] is atomic: after a crash all of it or none of it
+//! is there. The in-memory twin with crash semantics is
+//! [`crate::mem_disk::MemDisk`].
+//!
+//! This module must not know what the stores keep in the trees: it moves
+//! bytes, and decoding them is the stores' business.
+
+use std::future::Future;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::Error;
+
+/// sled's page cache size. The log's hot tail and the snapshot fit easily;
+/// sled evicts the rest.
+pub const SLED_CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A key and its value, both owned.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// The future of [`KvTree::flush`].
+pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+
+/// A disk: a set of named trees sharing one durability point.
+pub trait Disk: Send + Sync {
+    /// The tree called `name`, created empty if it does not exist yet.
+    fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error>;
+
+    /// Names this disk in errors, e.g. `sled database at /var/lib/x`.
+    fn describe(&self) -> String;
+}
+
+/// One ordered map of byte keys to byte values on a [`Disk`].
+///
+/// Every method returns a `Result`: a disk can fail (or, for a
+/// [`crate::mem_disk::MemDisk`], have crashed under a handle opened before).
+pub trait KvTree: Send + Sync {
+    /// The value under `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+
+    /// Sets `key` to `value` (not yet durable; see [`KvTree::flush`]).
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> Result<(), Error>;
+
+    /// At most `limit` pairs with keys in `(start, end)`, in key order. An
+    /// empty or reversed range yields nothing.
+    fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Vec<KeyValue>, Error>;
+
+    /// The pair with the greatest key.
+    fn last(&self) -> Result<Option<KeyValue>, Error>;
+
+    /// Removes every key in `(start, end)`, atomically.
+    fn remove_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<(), Error>;
+
+    /// Applies every write of `batch`, atomically.
+    fn apply_batch(&self, batch: Batch) -> Result<(), Error>;
+
+    /// The durability point: once this resolves, every write made before the
+    /// call, to any tree of this disk, survives a crash.
+    fn flush(&self) -> FlushFuture<'_>;
+}
+
+/// One write of a [`Batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOp {
+    Insert { key: Vec<u8>, value: Vec<u8> },
+    Remove { key: Vec<u8> },
+}
+
+/// Writes applied together by [`KvTree::apply_batch`], in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<BatchOp>,
+}
+
+impl Batch {
+    /// Adds a write of `value` under `key`.
+    pub fn insert(&mut self, key: &[u8], value: Vec<u8>) {
+        self.ops.push(BatchOp::Insert { key: key.to_vec(), value });
+    }
+
+    /// Adds a removal of `key`.
+    pub fn remove(&mut self, key: &[u8]) {
+        self.ops.push(BatchOp::Remove { key: key.to_vec() });
+    }
+
+    /// The writes, in the order they were added.
+    pub fn ops(&self) -> &[BatchOp] {
+        &self.ops
+    }
+
+    /// Takes the writes out, in the order they were added.
+    pub fn into_ops(self) -> Vec<BatchOp> {
+        self.ops
+    }
+}
+
+/// Whether no key can lie in `(start, end)`. `BTreeMap::range` panics on
+/// exactly the ranges this calls empty, so implementations check first.
+pub(crate) fn is_empty_range(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s > e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => s >= e,
+        _ => false,
+    }
+}
+
+/// The production disk: one sled database.
+#[derive(Clone)]
+pub struct SledDisk {
+    db: sled::Db,
+    /// Only names the disk in errors.
+    path: PathBuf,
+}
+
+impl SledDisk {
+    /// Opens (or creates) the sled database in the directory `path`. Fails
+    /// while another `SledDisk` of this process or another holds it.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(SLED_CACHE_CAPACITY_BYTES)
+            // The stores flush explicitly where openraft requires it; a timer
+            // would only add background IO.
+            .flush_every_ms(None)
+            .open()
+            .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
+        Ok(Self { db, path: path.to_path_buf() })
+    }
+}
+
+impl Disk for SledDisk {
+    fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error> {
+        Ok(Arc::new(SledTree(self.db.open_tree(name)?)))
+    }
+
+    fn describe(&self) -> String {
+        format!("sled database at {}", self.path.display())
+    }
+}
+
+/// A tree of a [`SledDisk`].
+struct SledTree(sled::Tree);
+
+impl KvTree for SledTree {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.0.get(key)?.map(|value| value.to_vec()))
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> Result<(), Error> {
+        self.0.insert(key, value)?;
+        Ok(())
+    }
+
+    fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Vec<KeyValue>, Error> {
+        if is_empty_range(start, end) {
+            return Ok(Vec::new());
+        }
+        let mut pairs = Vec::new();
+        for item in self.0.range::<&[u8], _>((start, end)).take(limit) {
+            let (key, value) = item?;
+            pairs.push((key.to_vec(), value.to_vec()));
+        }
+        Ok(pairs)
+    }
+
+    fn last(&self) -> Result<Option<KeyValue>, Error> {
+        Ok(self.0.last()?.map(|(key, value)| (key.to_vec(), value.to_vec())))
+    }
+
+    fn remove_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<(), Error> {
+        if is_empty_range(start, end) {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        for item in self.0.range::<&[u8], _>((start, end)) {
+            let (key, _) = item?;
+            batch.remove(key);
+        }
+        self.0.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn apply_batch(&self, batch: Batch) -> Result<(), Error> {
+        let mut sled_batch = sled::Batch::default();
+        for op in batch.into_ops() {
+            match op {
+                BatchOp::Insert { key, value } => sled_batch.insert(key, value),
+                BatchOp::Remove { key } => sled_batch.remove(key),
+            }
+        }
+        self.0.apply_batch(sled_batch)?;
+        Ok(())
+    }
+
+    fn flush(&self) -> FlushFuture<'_> {
+        // sled's pages are shared by every tree of the database: this flushes
+        // all of them, as the trait promises.
+        Box::pin(async move {
+            self.0.flush_async().await?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_ranges_are_exactly_those_btreemap_refuses() {
+        use Bound::{Excluded, Included, Unbounded};
+        let (a, b): (&[u8], &[u8]) = (b"a", b"b");
+        assert!(!is_empty_range(Included(a), Included(a)));
+        assert!(is_empty_range(Included(a), Excluded(a)));
+        assert!(is_empty_range(Excluded(a), Excluded(a)));
+        assert!(is_empty_range(Included(b), Included(a)));
+        assert!(!is_empty_range(Excluded(a), Excluded(b)));
+        assert!(!is_empty_range(Unbounded, Excluded(a)));
+        assert!(!is_empty_range(Excluded(b), Unbounded));
+    }
+}

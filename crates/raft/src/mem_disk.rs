@@ -1,0 +1,288 @@
+//! [`MemDisk`]: an in-memory [`Disk`] that loses unflushed writes on a
+//! crash, for deterministic simulation (DESIGN §9, STACK trap 5).
+//!
+//! Every write lands in the live view at once (reads see it) and is also
+//! remembered as unflushed; [`KvTree::flush`] moves the unflushed writes into
+//! the durable view. [`MemDisk::crash`] throws the unflushed writes away, as
+//! a power loss or `kill -9` would: a node reopening the disk afterwards sees
+//! exactly what was flushed. Handles opened before a crash are dead: every
+//! call on them fails with [`Error::DiskCrashed`], so a not-quite-stopped
+//! node cannot write into its successor's disk.
+//!
+//! Ordered maps only, no threads, no clock, no randomness: the same calls
+//! give the same disk. This module must not create anything of sled's.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::Error;
+use crate::disk::{Batch, BatchOp, Disk, FlushFuture, KeyValue, KvTree, is_empty_range};
+
+/// One tree's contents.
+type TreeMap = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// An in-memory disk with crash semantics. Cheap to clone: clones are
+/// handles on the same disk, so the simulator keeps one to crash it while
+/// the node's stores hold others.
+#[derive(Clone, Default)]
+pub struct MemDisk {
+    inner: Arc<Mutex<MemState>>,
+}
+
+impl std::fmt::Debug for MemDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("MemDisk")
+            .field("trees", &state.live.len())
+            .field("unflushed_writes", &state.unflushed_writes())
+            .field("crashes", &state.crashes)
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct MemState {
+    /// What reads see: the durable view plus every unflushed write.
+    live: BTreeMap<String, TreeMap>,
+    /// What survives a crash.
+    durable: BTreeMap<String, TreeMap>,
+    /// Keys written since the last flush, per tree, with their latest value
+    /// (`None`: removed). Bounded by the number of keys written, since a
+    /// rewrite replaces the earlier entry.
+    unflushed: BTreeMap<String, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Crashes so far; a tree handle opened in an earlier epoch is dead.
+    crashes: u64,
+}
+
+impl MemState {
+    fn unflushed_writes(&self) -> usize {
+        self.unflushed.values().map(BTreeMap::len).sum()
+    }
+
+    /// Applies one write to the live view and remembers it as unflushed.
+    fn write(&mut self, tree: &str, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let live = self.live.entry(tree.to_owned()).or_default();
+        match &value {
+            Some(value) => live.insert(key.clone(), value.clone()),
+            None => live.remove(&key),
+        };
+        self.unflushed.entry(tree.to_owned()).or_default().insert(key, value);
+    }
+
+    fn flush(&mut self) {
+        for (tree, writes) in std::mem::take(&mut self.unflushed) {
+            let durable = self.durable.entry(tree).or_default();
+            for (key, value) in writes {
+                match value {
+                    Some(value) => durable.insert(key, value),
+                    None => durable.remove(&key),
+                };
+            }
+        }
+    }
+}
+
+impl MemDisk {
+    /// A new, empty disk.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Simulates a power loss: drops every write not yet flushed and kills
+    /// every tree handle opened so far (their calls fail with
+    /// [`Error::DiskCrashed`]). Reopen the stores on this disk to restart.
+    pub fn crash(&self) {
+        let mut state = self.lock();
+        let lost = state.unflushed_writes();
+        state.unflushed.clear();
+        state.live = state.durable.clone();
+        state.crashes += 1;
+        tracing::debug!(lost_writes = lost, crashes = state.crashes, "in-memory disk crashed");
+    }
+
+    /// Writes made since the last flush: what a crash now would lose.
+    pub fn unflushed_writes(&self) -> usize {
+        self.lock().unflushed_writes()
+    }
+
+    /// How many times [`MemDisk::crash`] was called.
+    pub fn crashes(&self) -> u64 {
+        self.lock().crashes
+    }
+
+    /// The lock is held only for map operations that do not panic (ranges
+    /// are checked first), so a poisoned lock still guards a whole state.
+    fn lock(&self) -> MutexGuard<'_, MemState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Disk for MemDisk {
+    fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error> {
+        let epoch = self.crashes();
+        Ok(Arc::new(MemTree { disk: self.clone(), name: name.to_owned(), epoch }))
+    }
+
+    fn describe(&self) -> String {
+        "in-memory disk".to_owned()
+    }
+}
+
+/// A tree of a [`MemDisk`], alive until the disk's next crash.
+struct MemTree {
+    disk: MemDisk,
+    name: String,
+    /// The disk's crash count when this handle was opened.
+    epoch: u64,
+}
+
+impl MemTree {
+    /// The disk's state, if this handle has not outlived a crash.
+    fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
+        let state = self.disk.lock();
+        if state.crashes != self.epoch {
+            return Err(Error::DiskCrashed { tree: self.name.clone() });
+        }
+        Ok(state)
+    }
+}
+
+impl KvTree for MemTree {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let state = self.state()?;
+        Ok(state.live.get(&self.name).and_then(|tree| tree.get(key)).cloned())
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> Result<(), Error> {
+        self.state()?.write(&self.name, key.to_vec(), Some(value));
+        Ok(())
+    }
+
+    fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Vec<KeyValue>, Error> {
+        let state = self.state()?;
+        let Some(tree) = state.live.get(&self.name) else {
+            return Ok(Vec::new());
+        };
+        if is_empty_range(start, end) {
+            return Ok(Vec::new());
+        }
+        Ok(tree.range::<[u8], _>((start, end)).take(limit).map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+
+    fn last(&self) -> Result<Option<KeyValue>, Error> {
+        let state = self.state()?;
+        Ok(state.live.get(&self.name).and_then(|tree| tree.last_key_value()).map(|(k, v)| (k.clone(), v.clone())))
+    }
+
+    fn remove_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<(), Error> {
+        let mut state = self.state()?;
+        if is_empty_range(start, end) {
+            return Ok(());
+        }
+        let keys: Vec<Vec<u8>> = match state.live.get(&self.name) {
+            Some(tree) => tree.range::<[u8], _>((start, end)).map(|(k, _)| k.clone()).collect(),
+            None => return Ok(()),
+        };
+        for key in keys {
+            state.write(&self.name, key, None);
+        }
+        Ok(())
+    }
+
+    fn apply_batch(&self, batch: Batch) -> Result<(), Error> {
+        // Atomic for free: a crash drops all unflushed writes or none.
+        let mut state = self.state()?;
+        for op in batch.into_ops() {
+            match op {
+                BatchOp::Insert { key, value } => state.write(&self.name, key, Some(value)),
+                BatchOp::Remove { key } => state.write(&self.name, key, None),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> FlushFuture<'_> {
+        Box::pin(async move {
+            self.state()?.flush();
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flush(tree: &dyn KvTree) {
+        // The memory flush completes on its first poll; no runtime needed.
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match tree.flush().as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(result) => result.expect("flush"),
+            std::task::Poll::Pending => panic!("a memory flush never waits"),
+        }
+    }
+
+    fn keys(tree: &dyn KvTree) -> Vec<Vec<u8>> {
+        tree.range(Bound::Unbounded, Bound::Unbounded, usize::MAX).expect("range").into_iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn crash_keeps_flushed_writes_and_drops_the_rest() {
+        let disk = MemDisk::new();
+        let tree = disk.open_tree("t").expect("open");
+        let other = disk.open_tree("u").expect("open");
+        tree.insert(b"a", b"1".to_vec()).expect("insert");
+        tree.insert(b"b", b"2".to_vec()).expect("insert");
+        flush(other.as_ref()); // a flush through one tree covers the whole disk
+        tree.insert(b"a", b"changed".to_vec()).expect("insert");
+        tree.remove_range(Bound::Included(b"b"), Bound::Unbounded).expect("remove");
+        tree.insert(b"c", b"3".to_vec()).expect("insert");
+        assert_eq!(keys(tree.as_ref()), vec![b"a".to_vec(), b"c".to_vec()], "reads see unflushed writes");
+        assert_eq!(disk.unflushed_writes(), 3);
+
+        disk.crash();
+        assert!(matches!(tree.get(b"a"), Err(Error::DiskCrashed { .. })), "old handles are dead");
+        let tree = disk.open_tree("t").expect("reopen");
+        assert_eq!(tree.get(b"a").expect("get"), Some(b"1".to_vec()));
+        assert_eq!(keys(tree.as_ref()), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!((disk.unflushed_writes(), disk.crashes()), (0, 1));
+    }
+
+    #[test]
+    fn after_a_flush_the_live_view_is_the_durable_view() {
+        let disk = MemDisk::new();
+        let tree = disk.open_tree("t").expect("open");
+        tree.insert(b"a", vec![1]).expect("insert");
+        tree.remove_range(Bound::Unbounded, Bound::Unbounded).expect("remove");
+        tree.insert(b"b", vec![2]).expect("insert");
+        flush(tree.as_ref());
+        let state = disk.lock();
+        assert!(state.live == state.durable && state.unflushed.is_empty());
+    }
+
+    #[test]
+    fn range_last_and_batch_behave_like_an_ordered_map() {
+        let disk = MemDisk::new();
+        let tree = disk.open_tree("t").expect("open");
+        assert_eq!(tree.last().expect("last"), None);
+        let mut batch = Batch::default();
+        for k in [3u8, 1, 2, 5] {
+            batch.insert(&[k], vec![k]);
+        }
+        batch.remove(&[5]);
+        tree.apply_batch(batch).expect("batch");
+        assert_eq!(tree.last().expect("last"), Some((vec![3], vec![3])));
+        let middle = tree.range(Bound::Excluded(&[1][..]), Bound::Unbounded, 1).expect("range");
+        assert_eq!(middle, vec![(vec![2], vec![2])]);
+        assert!(tree.range(Bound::Excluded(&[2][..]), Bound::Excluded(&[2][..]), 9).expect("range").is_empty());
+        assert!(
+            disk.open_tree("other")
+                .expect("open")
+                .range(Bound::Unbounded, Bound::Unbounded, 9)
+                .expect("range")
+                .is_empty()
+        );
+    }
+}

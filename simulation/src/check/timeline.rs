@@ -1,0 +1,44 @@
+//! Timelines are append-only and agree with the receivers: a timeline seen
+//! earlier is a prefix of the final one, and an attempt the receiver
+//! answered 2xx in time is never recorded as failed under the same token.
+
+use std::collections::BTreeMap;
+
+use hookraft_core::model::TimelineEntry;
+use hookraft_core::state::ClusterState;
+
+use super::Violation;
+use crate::receivers::SendRecord;
+
+pub fn check(earlier: &ClusterState, last: &ClusterState, sends: &[SendRecord]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (id, before) in &earlier.deliveries {
+        let Some(after) = last.deliveries.get(id) else {
+            found.push(Violation::safety("timeline", format!("delivery {id} disappeared")));
+            continue;
+        };
+        if !after.timeline.starts_with(&before.timeline) {
+            found.push(Violation::safety("timeline", format!("the timeline of {id} was rewritten")));
+        }
+    }
+    let by_delivery: BTreeMap<&str, _> = last.deliveries.iter().map(|(id, d)| (id.as_str(), d)).collect();
+    for send in sends.iter().filter(|s| s.in_time && s.answered.is_some_and(|c| (200..300).contains(&c))) {
+        let Some(delivery) = by_delivery.get(send.delivery_id.as_str()) else { continue };
+        for entry in &delivery.timeline {
+            let TimelineEntry::Attempt { attempt, .. } = entry else { continue };
+            let same = attempt.node_id == send.origin.node_id
+                && attempt.fencing_token == send.origin.token
+                && attempt.started_at_ms == send.origin.started_at_ms;
+            if same && !attempt.status_code.is_some_and(|c| (200..300).contains(&c)) {
+                found.push(Violation::safety(
+                    "timeline",
+                    format!(
+                        "{}: the receiver answered {:?} in time, the timeline says {:?}",
+                        send.delivery_id, send.answered, attempt.status_code
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,158 @@
+//! The simulated nodes: started through the same `Node::start` as
+//! production, with a simulated `Io` (virtual clock with skew and drift,
+//! seeded generators, the simulated network, scripted receivers, an
+//! in-memory disk that loses unflushed writes on a crash).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use hookraft_core::ids::NodeId;
+use hookraft_core::state::ClusterState;
+use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Storage};
+use hookraft_raft::{ApplyObserver, MemDisk};
+use serde_json::Value;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use crate::clock::SimClock;
+use crate::net::SimNet;
+use crate::receivers::Receivers;
+
+/// Lease of simulated nodes: short, so faults cost little virtual time.
+pub const LEASE_MS: u64 = 2_000;
+
+/// One simulated node: its disk outlives its process.
+pub struct SimNode {
+    pub id: NodeId,
+    pub disk: MemDisk,
+    pub clock: SimClock,
+    pub seed: u64,
+    pub handle: Option<NodeHandle>,
+    pub restarts: u32,
+}
+
+/// The nodes of a run and what they share.
+pub struct Cluster {
+    pub nodes: BTreeMap<NodeId, SimNode>,
+    pub net: SimNet,
+    pub receivers: Receivers,
+    pub tap: Arc<dyn ApplyObserver>,
+    peers: BTreeMap<NodeId, String>,
+}
+
+/// A JSON answer from a node's API.
+pub struct ApiAnswer {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Cluster {
+    pub fn new(nodes: Vec<SimNode>, net: SimNet, receivers: Receivers, tap: Arc<dyn ApplyObserver>) -> Self {
+        let peers = nodes.iter().map(|n| (n.id, format!("node{}:8080", n.id))).collect();
+        Self { nodes: nodes.into_iter().map(|n| (n.id, n)).collect(), net, receivers, tap, peers }
+    }
+
+    /// Starts (or restarts) node `id` on its disk.
+    pub async fn start(&mut self, id: NodeId) -> anyhow::Result<()> {
+        let node = self.nodes.get_mut(&id).ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
+        let mut config = NodeConfig::single(format!("10.0.0.{id}:8080").parse()?);
+        config.node_id = id;
+        config.advertise = Some(self.peers[&id].clone());
+        config.peers = self.peers.clone();
+        config.allow_private_targets = true;
+        config.lease_ms = LEASE_MS;
+        let io = Io {
+            clock: Arc::new(node.clock),
+            seed: node.seed.wrapping_add(u64::from(node.restarts)),
+            transport: Arc::new(self.receivers.clone()),
+            storage: Storage::Memory(node.disk.clone()),
+            network: self.net.factory(id),
+            peers: self.net.peers(id),
+            apply_tap: Some(self.tap.clone()),
+        };
+        let handle = Node::start(config, io, None).await?;
+        self.net.attach(id, handle.raft().clone(), handle.local_write.clone());
+        node.handle = Some(handle);
+        Ok(())
+    }
+
+    /// Kills node `id`: its process stops at once and its disk loses what
+    /// was not flushed.
+    pub async fn crash(&mut self, id: NodeId) {
+        self.net.detach(id);
+        if let Some(node) = self.nodes.get_mut(&id) {
+            if let Some(handle) = node.handle.take() {
+                handle.crash().await;
+            }
+            node.disk.crash();
+            node.restarts += 1;
+        }
+    }
+
+    pub fn is_up(&self, id: NodeId) -> bool {
+        self.nodes.get(&id).is_some_and(|n| n.handle.is_some())
+    }
+
+    pub fn up(&self) -> Vec<NodeId> {
+        self.nodes.values().filter(|n| n.handle.is_some()).map(|n| n.id).collect()
+    }
+
+    /// The leader as the running nodes see it, if they agree on one that runs.
+    pub fn leader(&self) -> Option<NodeId> {
+        let mut seen = None;
+        for node in self.nodes.values() {
+            let Some(handle) = &node.handle else { continue };
+            let leader = handle.raft().metrics().borrow().current_leader?;
+            if seen.is_some_and(|s| s != leader) {
+                return None;
+            }
+            seen = Some(leader);
+        }
+        seen.filter(|l| self.is_up(*l))
+    }
+
+    /// A copy of node `id`'s replicated state and its last applied index.
+    pub fn state(&self, id: NodeId) -> Option<(ClusterState, u64)> {
+        let handle = self.nodes.get(&id)?.handle.as_ref()?;
+        let state = handle.state.read();
+        let applied = state.last_applied().map(|l| l.index).unwrap_or(0);
+        Some(((*state).clone(), applied))
+    }
+
+    /// Node `id`'s HTTP API, callable without a socket (see [`call`]).
+    pub fn router(&self, id: NodeId) -> Option<axum::Router> {
+        Some(self.nodes.get(&id)?.handle.as_ref()?.router.clone())
+    }
+}
+
+/// Calls a node's HTTP API through its router.
+pub async fn call(
+    router: axum::Router,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    key: Option<&str>,
+) -> Option<ApiAnswer> {
+    {
+        let mut request = Request::builder().method(method).uri(path);
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let body = body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty);
+        let response = router.oneshot(request.body(body).ok()?).await.ok()?;
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 4 * 1024 * 1024).await.ok()?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Some(ApiAnswer { status, body })
+    }
+}
+
+/// Milliseconds of true time since `origin`.
+pub fn elapsed_ms(origin: Instant) -> u64 {
+    origin.elapsed().as_millis() as u64
+}

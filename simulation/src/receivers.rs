@@ -1,0 +1,176 @@
+//! Scripted receivers: the simulated customer endpoints, behind the node's
+//! webhook `Transport` seam. Each endpoint URL `http://sim/<name>` names a
+//! receiver with a [`Behavior`]. Every request is recorded with its sender,
+//! shard, token and whether its signature verified, for the checkers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hookraft_core::signing::{Secret, verify};
+use hookraft_delivery::transport::{SendError, SendFuture, SendOrigin, Transport, WebhookRequest, WebhookResponse};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use crate::clock::EPOCH_MS;
+use crate::trace::Trace;
+
+/// How a receiver answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    /// 200 after a few milliseconds.
+    Healthy,
+    /// 200 after `ms`; a timeout if that is longer than the attempt's.
+    Slow { ms: u64 },
+    /// 503 with a chance of `fail_ppm` in a million, else 200.
+    Flaky { fail_ppm: u32 },
+    /// Refuses connections until true time `until_ms`, then healthy.
+    DownUntil { until_ms: u64 },
+    /// 410 Gone.
+    Gone,
+    /// Processes the request and answers 200, but only after the sender's
+    /// attempt timed out: the receiver has it, the sender records a failure.
+    LateAfterTimeout,
+}
+
+/// One request as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct SendRecord {
+    /// True time it arrived (ms since the run started).
+    pub at_ms: u64,
+    pub receiver: String,
+    pub origin: SendOrigin,
+    pub event_id: String,
+    pub delivery_id: String,
+    /// The receiver's answer, if it gave one (refused connections: none).
+    pub answered: Option<u16>,
+    /// Whether the answer reached the sender before its attempt timed out.
+    pub in_time: bool,
+    pub signature_valid: bool,
+}
+
+struct Inner {
+    behaviors: BTreeMap<String, Behavior>,
+    secrets: BTreeMap<String, Vec<Secret>>,
+    sends: Vec<SendRecord>,
+    rng: StdRng,
+}
+
+/// Every receiver of a run. Cheap to clone; is the nodes' `Transport`.
+#[derive(Clone)]
+pub struct Receivers {
+    inner: Arc<Mutex<Inner>>,
+    origin: Instant,
+    trace: Trace,
+}
+
+impl Receivers {
+    pub fn new(seed: u64, origin: Instant, trace: Trace) -> Self {
+        let inner = Inner {
+            behaviors: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            sends: Vec::new(),
+            rng: StdRng::seed_from_u64(seed),
+        };
+        Self { inner: Arc::new(Mutex::new(inner)), origin, trace }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds (or changes) a receiver; `secret` is what its endpoint signs with.
+    pub fn set(&self, name: &str, behavior: Behavior, secret: Secret) {
+        let mut inner = self.lock();
+        inner.behaviors.insert(name.to_string(), behavior);
+        inner.secrets.entry(name.to_string()).or_default().push(secret);
+    }
+
+    pub fn set_behavior(&self, name: &str, behavior: Behavior) {
+        self.lock().behaviors.insert(name.to_string(), behavior);
+    }
+
+    pub fn behavior(&self, name: &str) -> Option<Behavior> {
+        self.lock().behaviors.get(name).copied()
+    }
+
+    pub fn url(name: &str) -> String {
+        format!("http://sim/{name}")
+    }
+
+    /// Every request received so far.
+    pub fn sends(&self) -> Vec<SendRecord> {
+        self.lock().sends.clone()
+    }
+
+    fn header<'a>(request: &'a WebhookRequest, name: &str) -> &'a str {
+        request.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or("")
+    }
+
+    async fn handle(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {
+        let name = request.url.strip_prefix("http://sim/").unwrap_or("").to_string();
+        let now_ms = self.origin.elapsed().as_millis() as u64;
+        let (behavior, valid, roll) = {
+            let mut inner = self.lock();
+            let behavior = inner.behaviors.get(&name).copied();
+            let secrets: Vec<&Secret> = inner.secrets.get(&name).map(|s| s.iter().collect()).unwrap_or_default();
+            let valid = verify(
+                &secrets,
+                Self::header(&request, "webhook-id"),
+                Self::header(&request, "webhook-timestamp"),
+                Self::header(&request, "webhook-signature"),
+                request.body.as_bytes(),
+                (EPOCH_MS + now_ms) / 1_000,
+            )
+            .is_ok();
+            let roll = inner.rng.random_range(0..1_000_000u32);
+            (behavior, valid, roll)
+        };
+        let Some(behavior) = behavior else { return Err(SendError::Connect(format!("no receiver {name}"))) };
+        let (answer, delay_ms) = match behavior {
+            Behavior::Healthy => (Some(200), 2),
+            Behavior::Slow { ms } => (Some(200), ms),
+            Behavior::Flaky { fail_ppm } => (Some(if roll < fail_ppm { 503 } else { 200 }), 2),
+            Behavior::DownUntil { until_ms } if now_ms < until_ms => (None, 0),
+            Behavior::DownUntil { .. } => (Some(200), 2),
+            Behavior::Gone => (Some(410), 2),
+            Behavior::LateAfterTimeout => (Some(200), request.timeout.as_millis() as u64 + 50),
+        };
+        let in_time = answer.is_some() && Duration::from_millis(delay_ms) < request.timeout;
+        let record = SendRecord {
+            at_ms: now_ms,
+            receiver: name.clone(),
+            origin: request.origin,
+            event_id: Self::header(&request, "webhook-id").to_string(),
+            delivery_id: Self::header(&request, "hookraft-delivery-id").to_string(),
+            answered: answer,
+            in_time,
+            signature_valid: valid,
+        };
+        self.trace.record(format!(
+            "send {} n{} s{} t{} {} -> {:?}{}",
+            record.delivery_id,
+            record.origin.node_id,
+            record.origin.shard,
+            record.origin.token,
+            name,
+            answer,
+            if in_time { "" } else { " late" }
+        ));
+        self.lock().sends.push(record);
+        let Some(status) = answer else { return Err(SendError::Connect("connection refused".into())) };
+        if !in_time {
+            tokio::time::sleep(request.timeout).await;
+            return Err(SendError::Timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        Ok(WebhookResponse { status, retry_after: None, body_excerpt: String::new() })
+    }
+}
+
+impl Transport for Receivers {
+    fn send(&self, request: WebhookRequest) -> SendFuture<'_> {
+        Box::pin(self.handle(request))
+    }
+}

@@ -1,0 +1,198 @@
+//! The workload: producers ingesting through random nodes (each event with
+//! an idempotency key, retried on other nodes until acknowledged), and an
+//! operator registering and changing endpoints and replaying dead letters.
+//! The ledger remembers every acknowledged event and the deliveries the
+//! acknowledgement named: what the "no acknowledged event is lost" checker owes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use hookraft_core::ids::NodeId;
+use hookraft_core::signing::Secret;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde_json::{Value, json};
+
+use crate::cluster::{Cluster, call};
+use crate::receivers::{Behavior, Receivers};
+use crate::trace::Trace;
+
+/// Attempts to get one event acknowledged before the producer gives up on it.
+const INGEST_TRIES_MAX: u32 = 20;
+
+/// An endpoint the workload registered.
+#[derive(Debug, Clone)]
+pub struct SimEndpoint {
+    pub id: String,
+    pub receiver: String,
+    pub event_types: Vec<String>,
+}
+
+/// What the workload knows for the checkers.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Acknowledged event id → (delivery id, endpoint id) named in the answer.
+    pub acked: BTreeMap<String, Vec<(String, String)>>,
+    pub offered: u64,
+    pub gave_up: u64,
+    pub requests: u64,
+}
+
+impl Ledger {
+    /// A copy for the checkers.
+    pub fn clone_summary(&self) -> Ledger {
+        Ledger { acked: self.acked.clone(), offered: self.offered, gave_up: self.gave_up, requests: self.requests }
+    }
+}
+
+/// The workload of one run.
+pub struct Workload {
+    rng: StdRng,
+    pub endpoints: Vec<SimEndpoint>,
+    pub ledger: Arc<Mutex<Ledger>>,
+    next_key: u64,
+    trace: Trace,
+}
+
+const TYPES: [&str; 3] = ["order.created", "order.paid", "user.deleted"];
+
+impl Workload {
+    pub fn new(seed: u64, trace: Trace) -> Self {
+        Self { rng: StdRng::seed_from_u64(seed), endpoints: Vec::new(), ledger: Arc::default(), next_key: 0, trace }
+    }
+
+    fn pick_node(&mut self, cluster: &Cluster) -> Option<NodeId> {
+        let up = cluster.up();
+        (!up.is_empty()).then(|| up[self.rng.random_range(0..up.len())])
+    }
+
+    /// Registers `count` endpoints through the leader, each with its own
+    /// receiver; most healthy, the rest slow, flaky, down for a while, late
+    /// or gone, as the seed decides.
+    pub async fn register(
+        &mut self,
+        cluster: &Cluster,
+        receivers: &Receivers,
+        count: usize,
+        down_until_ms: u64,
+    ) -> anyhow::Result<()> {
+        for i in 0..count {
+            let leader = cluster.leader().ok_or_else(|| anyhow::anyhow!("no leader to register endpoints"))?;
+            let behavior = match self.rng.random_range(0..10) {
+                0 => Behavior::Slow { ms: 300 },
+                1 => Behavior::Flaky { fail_ppm: 300_000 },
+                2 => Behavior::DownUntil { until_ms: down_until_ms },
+                3 => Behavior::LateAfterTimeout,
+                4 if i > 0 => Behavior::Gone,
+                _ => Behavior::Healthy,
+            };
+            let name = format!("r{i}");
+            let mut key = [0u8; 32];
+            rand::Rng::fill_bytes(&mut self.rng, &mut key);
+            let secret = Secret::from_key(key.to_vec()).map_err(|e| anyhow::anyhow!("{e}"))?;
+            receivers.set(&name, behavior, secret.clone());
+            let types: Vec<String> =
+                TYPES.iter().filter(|_| self.rng.random_bool(0.6)).map(|t| t.to_string()).collect();
+            let body = json!({
+                "url": Receivers::url(&name),
+                "secret": secret.to_whsec(),
+                "event_types": if types.is_empty() { Value::Null } else { json!(types) },
+                "timeout_ms": 1_000,
+                "max_in_flight": 4,
+                "retry": {"attempts_max": 40, "base_ms": 100, "cap_ms": 2_000, "max_age_s": 3_600},
+            });
+            let router = cluster.router(leader).ok_or_else(|| anyhow::anyhow!("leader has no router"))?;
+            let answer = call(router, "POST", "/v1/endpoints", Some(body), None)
+                .await
+                .ok_or_else(|| anyhow::anyhow!("register endpoint: no answer"))?;
+            let id = answer.body["id"].as_str().ok_or_else(|| anyhow::anyhow!("register endpoint: {}", answer.body))?;
+            self.trace.record(format!("workload endpoint {id} {name} {behavior:?}"));
+            self.endpoints.push(SimEndpoint { id: id.to_string(), receiver: name, event_types: types });
+        }
+        Ok(())
+    }
+
+    /// One step of the producers and the operator, at most a few requests.
+    pub fn step(&mut self, cluster: &Cluster) {
+        if self.endpoints.is_empty() {
+            return;
+        }
+        let roll = self.rng.random_range(0..100);
+        if roll < 60 {
+            self.post_event(cluster);
+        } else if roll == 60 {
+            self.replay_dead(cluster);
+        } else if roll == 61 {
+            self.change_endpoint(cluster);
+        }
+    }
+
+    fn post_event(&mut self, cluster: &Cluster) {
+        self.next_key += 1;
+        let key = format!("k{}", self.next_key);
+        let body = if self.rng.random_bool(0.5) {
+            let targets: Vec<&str> =
+                self.endpoints.iter().filter(|_| self.rng.random_bool(0.4)).map(|e| e.id.as_str()).collect();
+            let targets = if targets.is_empty() { vec![self.endpoints[0].id.as_str()] } else { targets };
+            json!({"type": "direct", "payload": {"n": self.next_key}, "endpoint_ids": targets})
+        } else {
+            let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
+            json!({"type": event_type, "payload": {"n": self.next_key}})
+        };
+        let order: Vec<Option<axum::Router>> =
+            (0..INGEST_TRIES_MAX).map(|_| self.pick_node(cluster).and_then(|id| cluster.router(id))).collect();
+        let ledger = self.ledger.clone();
+        let trace = self.trace.clone();
+        ledger.lock().unwrap_or_else(|p| p.into_inner()).offered += 1;
+        tokio::spawn(async move {
+            for router in order.into_iter().flatten() {
+                ledger.lock().unwrap_or_else(|p| p.into_inner()).requests += 1;
+                let answer = call(router, "POST", "/v1/events", Some(body.clone()), Some(&key)).await;
+                match answer {
+                    Some(a) if a.status.is_success() => {
+                        let id = a.body["id"].as_str().unwrap_or_default().to_string();
+                        let deliveries: Vec<(String, String)> = a.body["deliveries"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|d| {
+                                let field = |f: &str| d[f].as_str().unwrap_or_default().to_string();
+                                (field("id"), field("endpoint_id"))
+                            })
+                            .collect();
+                        trace.record(format!("workload acked {key} {id} {}", deliveries.len()));
+                        ledger.lock().unwrap_or_else(|p| p.into_inner()).acked.insert(id, deliveries);
+                        return;
+                    }
+                    Some(a) if a.status.is_client_error() => {
+                        trace.record(format!("workload refused {key} {}", a.status));
+                        return;
+                    }
+                    _ => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
+                }
+            }
+            trace.record(format!("workload gave up {key}"));
+            ledger.lock().unwrap_or_else(|p| p.into_inner()).gave_up += 1;
+        });
+    }
+
+    fn replay_dead(&mut self, cluster: &Cluster) {
+        let endpoint = self.endpoints[self.rng.random_range(0..self.endpoints.len())].id.clone();
+        let Some(router) = self.pick_node(cluster).and_then(|id| cluster.router(id)) else { return };
+        self.trace.record(format!("workload replay {endpoint}"));
+        tokio::spawn(async move {
+            let _ = call(router, "POST", &format!("/v1/endpoints/{endpoint}/replay"), Some(json!({})), None).await;
+        });
+    }
+
+    fn change_endpoint(&mut self, cluster: &Cluster) {
+        let endpoint = self.endpoints[self.rng.random_range(0..self.endpoints.len())].id.clone();
+        let Some(router) = self.pick_node(cluster).and_then(|id| cluster.router(id)) else { return };
+        let max_in_flight = self.rng.random_range(1..8);
+        self.trace.record(format!("workload patch {endpoint} max_in_flight={max_in_flight}"));
+        tokio::spawn(async move {
+            let body = json!({"max_in_flight": max_in_flight});
+            let _ = call(router, "PATCH", &format!("/v1/endpoints/{endpoint}"), Some(body), None).await;
+        });
+    }
+}

@@ -1,0 +1,210 @@
+//! One simulated run: build a cluster from a seed, let the workload and the
+//! faults run for the fault phase, heal everything, let the cluster converge
+//! for the heal phase, then run every checker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hookraft_core::ids::NodeId;
+use hookraft_core::state::ClusterState;
+use hookraft_raft::MemDisk;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use crate::check::{self, Kind, Violation, fencing::FencingTap};
+use crate::clock::{DRIFT_PPM_MAX, SKEW_MS_MAX, SimClock};
+use crate::cluster::{Cluster, SimNode, elapsed_ms};
+use crate::faults::Faults;
+use crate::net::SimNet;
+use crate::receivers::{Behavior, Receivers};
+use crate::trace::Trace;
+use crate::workload::Workload;
+
+/// What a run is asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    pub nodes: u64,
+    pub print_trace: bool,
+    pub fault_phase_ms: u64,
+    pub heal_phase_ms: u64,
+    pub endpoints: usize,
+}
+
+impl Options {
+    pub fn new(seed: u64) -> Self {
+        Self { seed, nodes: 3, print_trace: false, fault_phase_ms: 30_000, heal_phase_ms: 60_000, endpoints: 6 }
+    }
+}
+
+/// What a run found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub seed: u64,
+    pub digest: String,
+    pub violations: Vec<Violation>,
+    pub acked: usize,
+    pub sends: usize,
+    pub faults: BTreeMap<&'static str, u32>,
+    pub trace_lines: u64,
+}
+
+impl Report {
+    /// The worst kind of violation, if any.
+    pub fn worst(&self) -> Option<Kind> {
+        self.violations.iter().map(|v| v.kind).min()
+    }
+}
+
+/// Step of the driver loop in virtual time.
+const TICK: Duration = Duration::from_millis(20);
+/// How long the cluster may take to form before the run is a liveness failure.
+const FORMATION_MS: u64 = 20_000;
+
+/// Runs one seed on the current thread's runtime (see [`crate::run`]).
+pub async fn run(options: Options) -> anyhow::Result<Report> {
+    let origin = Instant::now();
+    let trace = Trace::new(options.print_trace);
+    trace.start(origin);
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let net = SimNet::new(rng.random(), trace.clone());
+    let receivers = Receivers::new(rng.random(), origin, trace.clone());
+    let tap = Arc::new(FencingTap::new(trace.clone()));
+    let nodes = (1..=options.nodes)
+        .map(|id| SimNode {
+            id,
+            disk: MemDisk::new(),
+            clock: SimClock::new(
+                origin,
+                rng.random_range(-SKEW_MS_MAX..=SKEW_MS_MAX),
+                rng.random_range(-DRIFT_PPM_MAX..=DRIFT_PPM_MAX),
+            ),
+            seed: rng.random(),
+            handle: None,
+            restarts: 0,
+        })
+        .collect();
+    let mut cluster = Cluster::new(nodes, net, receivers.clone(), tap.clone());
+    let ids: Vec<NodeId> = cluster.nodes.keys().copied().collect();
+    for id in &ids {
+        cluster.start(*id).await?;
+    }
+    trace.record("cluster started");
+
+    // Formation: a leader, and every shard granted.
+    let formed = wait_until(FORMATION_MS, || {
+        cluster.leader().and_then(|l| cluster.state(l)).is_some_and(|(s, _)| s.shards.iter().all(|g| g.owner.is_some()))
+    })
+    .await;
+    if !formed {
+        let violation =
+            Violation::liveness("formation", format!("no leader with every shard granted after {FORMATION_MS} ms"));
+        return Ok(finish(options.seed, &trace, vec![violation], 0, 0, BTreeMap::new()));
+    }
+
+    let mut workload = Workload::new(rng.random(), trace.clone());
+    let fault_end_ms = elapsed_ms(origin) + options.fault_phase_ms;
+    workload.register(&cluster, &receivers, options.endpoints, fault_end_ms).await?;
+    let mut faults = Faults::new(rng.random(), trace.clone());
+
+    // Fault phase.
+    while elapsed_ms(origin) < fault_end_ms {
+        faults.step(&mut cluster, elapsed_ms(origin)).await?;
+        workload.step(&cluster);
+        tokio::time::sleep(TICK).await;
+    }
+
+    // Heal phase: every link and node back, late receivers answer in time.
+    faults.expire(&mut cluster, elapsed_ms(origin), true).await?;
+    cluster.net.heal();
+    for endpoint in &workload.endpoints {
+        if receivers.behavior(&endpoint.receiver) == Some(Behavior::LateAfterTimeout) {
+            receivers.set_behavior(&endpoint.receiver, Behavior::Healthy);
+        }
+    }
+    trace.record("healed");
+    let earlier = cluster.leader().and_then(|l| cluster.state(l)).map(|(s, _)| s);
+    let heal_end_ms = elapsed_ms(origin) + options.heal_phase_ms;
+    while elapsed_ms(origin) < heal_end_ms {
+        if settled(&cluster, &workload) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Let replication reach every node.
+    wait_until(5_000, || converged(&cluster)).await;
+
+    let mut states: Vec<(NodeId, ClusterState, u64)> =
+        ids.iter().filter_map(|id| cluster.state(*id).map(|(s, i)| (*id, s, i))).collect();
+    states.sort_by_key(|(id, _, _)| *id);
+    let final_state = match cluster.leader().and_then(|l| cluster.state(l)) {
+        Some((state, _)) => state,
+        None => states.first().map(|(_, s, _)| s.clone()).unwrap_or_default(),
+    };
+    let sends = receivers.sends();
+    let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner()).clone_summary();
+
+    let mut violations = tap.violations();
+    violations.extend(check::replicas::check(&states));
+    violations.extend(check::lost::check(&ledger, &final_state, &sends));
+    violations.extend(check::one_sender::check(&sends, 2 * SKEW_MS_MAX as u64 + 100));
+    violations.extend(check::signatures::check(&sends));
+    if let Some(earlier) = &earlier {
+        violations.extend(check::timeline::check(earlier, &final_state, &sends));
+    }
+    violations.extend(check::liveness::check(&final_state, &workload.endpoints, &receivers, options.heal_phase_ms));
+    for id in &ids {
+        if let Some(node) = cluster.nodes.get_mut(id)
+            && let Some(handle) = node.handle.take()
+        {
+            handle.crash().await;
+        }
+    }
+    Ok(finish(options.seed, &trace, violations, ledger.acked.len(), sends.len(), faults.injected.clone()))
+}
+
+fn finish(
+    seed: u64,
+    trace: &Trace,
+    violations: Vec<Violation>,
+    acked: usize,
+    sends: usize,
+    faults: BTreeMap<&'static str, u32>,
+) -> Report {
+    for v in &violations {
+        trace.record(format!("violation {} {:?} {}", v.checker, v.kind, v.detail));
+    }
+    Report { seed, digest: trace.digest(), violations, acked, sends, faults, trace_lines: trace.lines() }
+}
+
+/// Polls `done` every 100 ms of virtual time for at most `bound_ms`.
+async fn wait_until(bound_ms: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_millis(bound_ms);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+/// Every acknowledged delivery is terminal on the leader.
+fn settled(cluster: &Cluster, workload: &Workload) -> bool {
+    let Some((state, _)) = cluster.leader().and_then(|l| cluster.state(l)) else { return false };
+    let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner());
+    ledger.acked.values().flatten().all(|(delivery, _)| {
+        hookraft_core::ids::DeliveryId::parse(delivery)
+            .ok()
+            .and_then(|id| state.deliveries.get(&id))
+            .is_some_and(|d| d.state.is_terminal())
+    })
+}
+
+/// Every running node has applied the same index.
+fn converged(cluster: &Cluster) -> bool {
+    let indexes: Vec<u64> = cluster.up().iter().filter_map(|id| cluster.state(*id).map(|(_, i)| i)).collect();
+    indexes.windows(2).all(|w| w[0] == w[1])
+}
