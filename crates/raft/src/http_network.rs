@@ -62,7 +62,7 @@ pub enum HttpNetworkError {
     InvalidSecret,
 }
 
-/// Why a forwarded command did not return a [`Response`].
+/// Why a forwarded command did not return a [`Response`](crate::Response).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardError {
     /// No answer (refused, timed out, 5xx, garbled reply). After a timeout
