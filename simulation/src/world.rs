@@ -116,11 +116,12 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         tokio::time::sleep(TICK).await;
     }
 
-    // Heal phase: every link and node back, late receivers answer in time.
+    // Heal phase: every link and node back, and every receiver healthy but
+    // the ones that answer 410 (their deliveries end dead-lettered).
     faults.expire(&mut cluster, elapsed_ms(origin), true).await?;
     cluster.net.heal();
     for endpoint in &workload.endpoints {
-        if receivers.behavior(&endpoint.receiver) == Some(Behavior::LateAfterTimeout) {
+        if receivers.behavior(&endpoint.receiver) != Some(Behavior::Gone) {
             receivers.set_behavior(&endpoint.receiver, Behavior::Healthy);
         }
     }
