@@ -15,6 +15,28 @@ use crate::cluster::{Cluster, call};
 use crate::net::LinkModel;
 use crate::trace::Trace;
 
+/// The kinds of fault a run may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Shape {
+    /// The leader cut off from everyone.
+    IsolateLeader,
+    /// One node cut off from everyone (a 2–1 or 4–1 split).
+    Split,
+    /// One direction of one link lost.
+    OneWay,
+    /// A node killed, its unflushed writes lost, restarted later.
+    Crash,
+    /// Every link slow, lossy and duplicating.
+    Lossy,
+    /// An operator moving a shard through the admin API.
+    MoveShard,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 6] =
+        [Shape::IsolateLeader, Shape::Split, Shape::OneWay, Shape::Crash, Shape::Lossy, Shape::MoveShard];
+}
+
 /// An active fault and when it ends (true ms).
 #[derive(Debug, Clone)]
 enum Active {
@@ -26,6 +48,7 @@ enum Active {
 /// The fault schedule of one run.
 pub struct Faults {
     rng: StdRng,
+    shapes: Vec<Shape>,
     active: Vec<Active>,
     next_ms: u64,
     trace: Trace,
@@ -33,8 +56,17 @@ pub struct Faults {
 }
 
 impl Faults {
-    pub fn new(seed: u64, trace: Trace) -> Self {
-        Self { rng: StdRng::seed_from_u64(seed), active: Vec::new(), next_ms: 2_000, trace, injected: BTreeMap::new() }
+    /// A schedule drawing from `shapes` (every shape when empty).
+    pub fn new(seed: u64, shapes: &[Shape], trace: Trace) -> Self {
+        let shapes = if shapes.is_empty() { Shape::ALL.to_vec() } else { shapes.to_vec() };
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            shapes,
+            active: Vec::new(),
+            next_ms: 2_000,
+            trace,
+            injected: BTreeMap::new(),
+        }
     }
 
     fn note(&mut self, kind: &'static str, detail: String) {
@@ -54,33 +86,34 @@ impl Faults {
         let victim = ids[self.rng.random_range(0..ids.len())];
         let until_ms = now_ms + self.rng.random_range(1_000..7_000);
         let anyone_down = self.active.iter().any(|a| matches!(a, Active::Down { .. }));
-        match self.rng.random_range(0..6) {
-            0 => {
+        match self.shapes[self.rng.random_range(0..self.shapes.len())] {
+            Shape::IsolateLeader => {
                 let target = cluster.leader().unwrap_or(victim);
                 let links = isolate(&ids, target);
                 self.cut(cluster, &links, true);
                 self.note("isolate-leader", format!("n{target} until {until_ms}"));
                 self.active.push(Active::Cut { links, until_ms });
             }
-            1 => {
+            Shape::Split => {
                 let links = isolate(&ids, victim);
                 self.cut(cluster, &links, true);
                 self.note("split", format!("n{victim} alone until {until_ms}"));
                 self.active.push(Active::Cut { links, until_ms });
             }
-            2 => {
+            Shape::OneWay => {
                 let other = ids[(ids.iter().position(|i| *i == victim).unwrap_or(0) + 1) % ids.len()];
                 let links = vec![(victim, other)];
                 self.cut(cluster, &links, true);
                 self.note("one-way", format!("n{victim}->n{other} until {until_ms}"));
                 self.active.push(Active::Cut { links, until_ms });
             }
-            3 if !anyone_down => {
+            Shape::Crash if anyone_down => {}
+            Shape::Crash => {
                 cluster.crash(victim).await;
                 self.note("crash", format!("n{victim} until {until_ms}"));
                 self.active.push(Active::Down { node: victim, until_ms });
             }
-            4 => {
+            Shape::Lossy => {
                 cluster.net.set_model(LinkModel {
                     delay_ms_min: 1,
                     delay_ms_max: 60,
@@ -90,7 +123,7 @@ impl Faults {
                 self.note("lossy-links", format!("until {until_ms}"));
                 self.active.push(Active::Lossy { until_ms });
             }
-            _ => {
+            Shape::MoveShard => {
                 let Some(leader) = cluster.leader() else { return Ok(()) };
                 let shard = self.rng.random_range(0..SHARD_COUNT);
                 let target = ids[self.rng.random_range(0..ids.len())];

@@ -19,6 +19,9 @@ struct Args {
     /// Sweep this many seeds from a random start.
     #[arg(long)]
     seeds: Option<u64>,
+    /// First seed of a sweep (default: a random one, printed).
+    #[arg(long, requires = "seeds")]
+    from: Option<u64>,
     /// Print the run's trace.
     #[arg(long)]
     trace: bool,
@@ -119,7 +122,7 @@ fn main() -> ExitCode {
 
 fn sweep(args: &Args, count: u64) -> ExitCode {
     #[allow(clippy::disallowed_methods)] // the sweep's start is the one non-reproducible choice, and it is printed
-    let start = rand::random::<u32>() as u64;
+    let start = args.from.unwrap_or_else(|| rand::random::<u32>() as u64);
     #[allow(clippy::disallowed_methods)] // wall time only to report seeds per minute
     let began = Instant::now();
     println!("sweeping {count} seeds from {start}");

@@ -31,11 +31,21 @@ pub struct Options {
     pub fault_phase_ms: u64,
     pub heal_phase_ms: u64,
     pub endpoints: usize,
+    /// Fault shapes to draw from; empty means all.
+    pub shapes: Vec<crate::faults::Shape>,
 }
 
 impl Options {
     pub fn new(seed: u64) -> Self {
-        Self { seed, nodes: 3, print_trace: false, fault_phase_ms: 30_000, heal_phase_ms: 60_000, endpoints: 6 }
+        Self {
+            seed,
+            nodes: 3,
+            print_trace: false,
+            fault_phase_ms: 30_000,
+            heal_phase_ms: 60_000,
+            endpoints: 6,
+            shapes: Vec::new(),
+        }
     }
 }
 
@@ -107,7 +117,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let mut workload = Workload::new(rng.random(), trace.clone());
     let fault_end_ms = elapsed_ms(origin) + options.fault_phase_ms;
     workload.register(&cluster, &receivers, options.endpoints, fault_end_ms).await?;
-    let mut faults = Faults::new(rng.random(), trace.clone());
+    let mut faults = Faults::new(rng.random(), &options.shapes, trace.clone());
 
     // Fault phase.
     while elapsed_ms(origin) < fault_end_ms {
