@@ -30,11 +30,14 @@ pub enum Shape {
     Lossy,
     /// An operator moving a shard through the admin API.
     MoveShard,
+    /// A node's process stops for longer than its lease (no message in or
+    /// out), then wakes believing it still owns its shards.
+    Stall,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 6] =
-        [Shape::IsolateLeader, Shape::Split, Shape::OneWay, Shape::Crash, Shape::Lossy, Shape::MoveShard];
+    pub const ALL: [Shape; 7] =
+        [Shape::IsolateLeader, Shape::Split, Shape::OneWay, Shape::Crash, Shape::Lossy, Shape::MoveShard, Shape::Stall];
 }
 
 /// An active fault and when it ends (true ms).
@@ -43,6 +46,7 @@ enum Active {
     Cut { links: Vec<(NodeId, NodeId)>, until_ms: u64 },
     Down { node: NodeId, until_ms: u64 },
     Lossy { until_ms: u64 },
+    Stalled { node: NodeId, links: Vec<(NodeId, NodeId)>, until_ms: u64 },
 }
 
 /// The fault schedule of one run.
@@ -85,7 +89,7 @@ impl Faults {
         let ids: Vec<NodeId> = cluster.nodes.keys().copied().collect();
         let victim = ids[self.rng.random_range(0..ids.len())];
         let until_ms = now_ms + self.rng.random_range(1_000..7_000);
-        let anyone_down = self.active.iter().any(|a| matches!(a, Active::Down { .. }));
+        let anyone_down = self.active.iter().any(|a| matches!(a, Active::Down { .. } | Active::Stalled { .. }));
         match self.shapes[self.rng.random_range(0..self.shapes.len())] {
             Shape::IsolateLeader => {
                 let target = cluster.leader().unwrap_or(victim);
@@ -106,6 +110,15 @@ impl Faults {
                 self.cut(cluster, &links, true);
                 self.note("one-way", format!("n{victim}->n{other} until {until_ms}"));
                 self.active.push(Active::Cut { links, until_ms });
+            }
+            Shape::Stall if anyone_down => {}
+            Shape::Stall => {
+                let links = isolate(&ids, victim);
+                self.cut(cluster, &links, true);
+                cluster.receivers.set_stalled(victim, true);
+                let until_ms = now_ms + crate::cluster::LEASE_MS * 2 + self.rng.random_range(500..3_000);
+                self.note("stall", format!("n{victim} until {until_ms}"));
+                self.active.push(Active::Stalled { node: victim, links, until_ms });
             }
             Shape::Crash if anyone_down => {}
             Shape::Crash => {
@@ -149,9 +162,10 @@ impl Faults {
     pub async fn expire(&mut self, cluster: &mut Cluster, now_ms: u64, all: bool) -> anyhow::Result<()> {
         let (due, keep): (Vec<Active>, Vec<Active>) = std::mem::take(&mut self.active).into_iter().partition(|a| {
             all || match a {
-                Active::Cut { until_ms, .. } | Active::Down { until_ms, .. } | Active::Lossy { until_ms } => {
-                    *until_ms <= now_ms
-                }
+                Active::Cut { until_ms, .. }
+                | Active::Down { until_ms, .. }
+                | Active::Lossy { until_ms }
+                | Active::Stalled { until_ms, .. } => *until_ms <= now_ms,
             }
         });
         self.active = keep;
@@ -168,6 +182,11 @@ impl Faults {
                 Active::Lossy { .. } => {
                     cluster.net.set_model(LinkModel::default());
                     self.trace.record("heal links");
+                }
+                Active::Stalled { node, links, .. } => {
+                    self.cut(cluster, &links, false);
+                    cluster.receivers.set_stalled(node, false);
+                    self.trace.record(format!("heal wake n{node}"));
                 }
             }
         }

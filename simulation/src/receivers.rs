@@ -51,6 +51,8 @@ pub struct SendRecord {
 }
 
 struct Inner {
+    /// Nodes whose process is stalled: their sends wait until they wake.
+    stalled: std::collections::BTreeSet<u64>,
     behaviors: BTreeMap<String, Behavior>,
     secrets: BTreeMap<String, Vec<Secret>>,
     sends: Vec<SendRecord>,
@@ -68,6 +70,7 @@ pub struct Receivers {
 impl Receivers {
     pub fn new(seed: u64, origin: Instant, trace: Trace) -> Self {
         let inner = Inner {
+            stalled: Default::default(),
             behaviors: BTreeMap::new(),
             secrets: BTreeMap::new(),
             sends: Vec::new(),
@@ -85,6 +88,17 @@ impl Receivers {
         let mut inner = self.lock();
         inner.behaviors.insert(name.to_string(), behavior);
         inner.secrets.entry(name.to_string()).or_default().push(secret);
+    }
+
+    /// Stalls (or wakes) node `id`: a stalled node's requests leave only
+    /// when it wakes, as a stopped process's would.
+    pub fn set_stalled(&self, id: u64, stalled: bool) {
+        let mut inner = self.lock();
+        if stalled {
+            inner.stalled.insert(id);
+        } else {
+            inner.stalled.remove(&id);
+        }
     }
 
     pub fn set_behavior(&self, name: &str, behavior: Behavior) {
@@ -109,6 +123,9 @@ impl Receivers {
     }
 
     async fn handle(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {
+        while self.lock().stalled.contains(&request.origin.node_id) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let name = request.url.strip_prefix("http://sim/").unwrap_or("").to_string();
         let now_ms = self.origin.elapsed().as_millis() as u64;
         let (behavior, valid, roll) = {

@@ -124,6 +124,8 @@ impl Workload {
             self.replay_dead(cluster);
         } else if roll == 61 {
             self.change_endpoint(cluster);
+        } else if roll == 62 && self.rng.random_bool(0.1) && self.endpoints.len() > 3 {
+            self.delete_endpoint(cluster);
         }
     }
 
@@ -182,6 +184,18 @@ impl Workload {
         self.trace.record(format!("workload replay {endpoint}"));
         tokio::spawn(async move {
             let _ = call(router, "POST", &format!("/v1/endpoints/{endpoint}/replay"), Some(json!({})), None).await;
+        });
+    }
+
+    /// Deletes an endpoint (never the first): its queued deliveries end
+    /// dead-lettered, and later events no longer name it.
+    fn delete_endpoint(&mut self, cluster: &Cluster) {
+        let index = self.rng.random_range(1..self.endpoints.len());
+        let Some(router) = self.pick_node(cluster).and_then(|id| cluster.router(id)) else { return };
+        let endpoint = self.endpoints.remove(index);
+        self.trace.record(format!("workload delete {}", endpoint.id));
+        tokio::spawn(async move {
+            let _ = call(router, "DELETE", &format!("/v1/endpoints/{}", endpoint.id), None, None).await;
         });
     }
 

@@ -21,6 +21,7 @@ fn scenario(seed: u64, nodes: u64, shapes: &[Shape]) -> Report {
             Shape::Crash => "crash",
             Shape::Lossy => "lossy-links",
             Shape::MoveShard => "move-shard",
+            Shape::Stall => "stall",
         };
         assert!(
             report.faults.get(name).is_some_and(|n| *n > 0),
@@ -62,6 +63,11 @@ fn shard_moves_under_load_keep_one_sender_per_lease() {
 }
 
 #[test]
+fn owner_stalled_past_its_lease_wakes_fenced() {
+    scenario(108, 3, &[Shape::Stall]);
+}
+
+#[test]
 fn five_nodes_under_every_fault_keep_every_invariant() {
     scenario(107, 5, &[]);
 }
@@ -71,4 +77,19 @@ fn five_nodes_under_every_fault_keep_every_invariant() {
 #[test]
 fn slow_receivers_backlog_drains_after_healing() {
     scenario(1_346_863_677, 3, &[]);
+}
+
+/// Found by a sweep: the rebalancer granted a shard of a live but
+/// partitioned owner to a returning node at once, and both sent for about
+/// a second. Shards now leave a live owner in two steps (revoke, then grant
+/// after the old lease must have lapsed).
+#[test]
+fn moving_a_shard_off_a_partitioned_live_owner_keeps_one_sender() {
+    scenario(1_007, 3, &[]);
+}
+
+/// Found by a sweep alongside the one above (a backlog on a slow receiver).
+#[test]
+fn sweep_seed_1002_keeps_every_invariant() {
+    scenario(1_002, 3, &[]);
 }

@@ -79,6 +79,13 @@ pub enum Command {
     /// (and fsyncs) once per client write, so a node's log writer wraps
     /// everything queued meanwhile into one `Batch`.
     Batch(Vec<Command>),
+    /// Takes shards from their owners (each under a new token, so the old
+    /// owner's outcomes become stale), to be granted again once the old
+    /// owner's lease must have lapsed; `Some(node)` names where they go.
+    RevokeShards {
+        now_ms: u64,
+        shards: Vec<(Shard, Option<NodeId>)>,
+    },
 }
 
 /// Changes to an endpoint; `None` leaves a setting as it is.

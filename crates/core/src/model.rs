@@ -249,8 +249,13 @@ pub struct NodeRecord {
 /// Who may send for a shard, under which fencing token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardGrant {
+    /// `None` while the shard is unowned: never granted, or revoked and
+    /// waiting until its previous owner's lease must have lapsed.
     pub owner: Option<NodeId>,
-    /// Strictly increasing across all grants of all shards.
+    /// Strictly increasing across all grants (and revocations) of all shards.
     pub token: u64,
+    /// When it was granted or revoked (the proposer's wall time).
     pub granted_at_ms: u64,
+    /// Where a revoked shard should go once it is safe (an operator's move).
+    pub next_owner: Option<NodeId>,
 }

@@ -1,16 +1,23 @@
 //! The leader's shard rebalancer, as a pure function of the replicated
 //! state, the current voters and the leader's clock.
 //!
-//! Rules, in order:
-//! 1. A shard whose owner is gone (not a voter, forgotten), draining, or
-//!    whose liveness expired more than `drift_margin_ms` ago moves to the
-//!    eligible node owning the fewest shards. Unowned shards are granted
-//!    the same way.
-//! 2. When an eligible node owns fewer than half its fair share (a node
-//!    joined, or came back), shards move from the most to the least loaded
-//!    until no two nodes differ by more than one. Smaller imbalances, such
-//!    as an operator's single move, are left alone: the rebalancer never
-//!    fights an explicit placement.
+//! A shard never has two senders: it moves in two steps unless its owner is
+//! known to have stopped. Rules, in order:
+//! 1. A shard whose owner's liveness expired more than `drift_margin_ms`
+//!    ago (or that was never granted) is granted at once to the eligible
+//!    node owning the fewest shards: the old owner's own lease lapsed first.
+//! 2. A shard whose owner is alive but should not keep it (draining, no
+//!    longer a voter) is *revoked*: it gets a new token and no owner, so the
+//!    owner stops as soon as it applies the revocation, and its late
+//!    outcomes are stale.
+//! 3. A revoked shard is granted again once `lease_ms + drift_margin_ms`
+//!    have passed since the revocation: by then the old owner either applied
+//!    the revocation or saw its lease lapse. It goes to the node the
+//!    revocation named (an operator's move) when that node is eligible.
+//! 4. When an eligible node owns fewer than half its fair share (a node
+//!    joined or came back), shards are revoked from the most loaded nodes
+//!    until no two differ by more than one; rule 3 hands them over. Smaller
+//!    imbalances, such as an operator's single move, are left alone.
 //!
 //! Eligible means: a voter, with a liveness record that has not expired,
 //! not draining. With no eligible node nothing moves.
@@ -20,33 +27,60 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::ids::{NodeId, SHARD_COUNT, Shard};
 use crate::state::ClusterState;
 
-/// Grants to propose in one `AssignShards` command (empty: nothing to do).
-pub fn plan(
-    state: &ClusterState,
-    voters: &BTreeSet<NodeId>,
-    now_ms: u64,
-    drift_margin_ms: u64,
-) -> Vec<(Shard, NodeId)> {
+/// What the leader should propose: revocations first, then grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub revoke: Vec<(Shard, Option<NodeId>)>,
+    pub grant: Vec<(Shard, NodeId)>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.revoke.is_empty() && self.grant.is_empty()
+    }
+}
+
+/// Timing the plan depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub now_ms: u64,
+    pub lease_ms: u64,
+    pub drift_margin_ms: u64,
+}
+
+pub fn plan(state: &ClusterState, voters: &BTreeSet<NodeId>, timing: Timing) -> Plan {
+    let Timing { now_ms, lease_ms, drift_margin_ms } = timing;
     let live =
         |node: &NodeId| state.nodes.get(node).is_some_and(|n| n.live_until_ms.saturating_add(drift_margin_ms) > now_ms);
     let eligible: BTreeSet<NodeId> =
         voters.iter().copied().filter(|n| live(n) && state.nodes.get(n).is_some_and(|r| !r.draining)).collect();
+    let mut plan = Plan::default();
     if eligible.is_empty() {
-        return Vec::new();
+        return plan;
     }
     let mut owned: BTreeMap<NodeId, Vec<Shard>> = eligible.iter().map(|&n| (n, Vec::new())).collect();
-    let mut orphans = Vec::new();
+    let mut to_grant = Vec::new();
     for shard in 0..SHARD_COUNT {
-        match state.shards[shard as usize].owner {
+        let grant = state.shards[shard as usize];
+        match grant.owner {
             Some(owner) if eligible.contains(&owner) => owned.entry(owner).or_default().push(shard),
-            _ => orphans.push(shard),
+            // Alive but unwanted here: stop it first.
+            Some(owner) if live(&owner) => {
+                plan.revoke.push((shard, None));
+            }
+            // Its lease lapsed long ago: hand it over at once.
+            Some(_) => to_grant.push((shard, None)),
+            None if grant.token == 0 => to_grant.push((shard, None)),
+            None if now_ms >= grant.granted_at_ms.saturating_add(lease_ms + drift_margin_ms) => {
+                to_grant.push((shard, grant.next_owner));
+            }
+            None => {} // revoked recently: wait until the old owner has stopped
         }
     }
-    let mut grants = Vec::new();
-    for shard in orphans {
-        let target = least_loaded(&owned);
+    for (shard, hint) in to_grant {
+        let target = hint.filter(|n| eligible.contains(n)).unwrap_or_else(|| least_loaded(&owned));
         owned.get_mut(&target).expect("eligible node").push(shard);
-        grants.push((shard, target));
+        plan.grant.push((shard, target));
     }
     let fair_share = SHARD_COUNT as usize / eligible.len();
     let starved = owned.values().any(|s| s.len() < fair_share / 2);
@@ -59,12 +93,18 @@ pub fn plan(
             }
             let shard = owned.get_mut(&source).and_then(Vec::pop).expect("most loaded owns shards");
             owned.get_mut(&target).expect("eligible node").push(shard);
-            grants.retain(|(s, _)| *s != shard);
-            grants.push((shard, target));
+            if plan.grant.iter().any(|(s, _)| *s == shard) {
+                // Granted in this very plan, so nobody sends for it yet.
+                plan.grant.retain(|(s, _)| *s != shard);
+                plan.grant.push((shard, target));
+            } else {
+                plan.revoke.push((shard, Some(target)));
+            }
         }
     }
-    grants.sort_unstable();
-    grants
+    plan.revoke.sort_unstable();
+    plan.grant.sort_unstable();
+    plan
 }
 
 fn least_loaded(owned: &BTreeMap<NodeId, Vec<Shard>>) -> NodeId {
@@ -88,6 +128,10 @@ mod tests {
     const LEASE: u64 = 6_000;
     const MARGIN: u64 = 1_000;
 
+    fn at(now_ms: u64) -> Timing {
+        Timing { now_ms, lease_ms: LEASE, drift_margin_ms: MARGIN }
+    }
+
     fn cluster(nodes: &[NodeId], now_ms: u64) -> ClusterState {
         let mut state = ClusterState::default();
         for &n in nodes {
@@ -96,13 +140,28 @@ mod tests {
         state
     }
 
-    fn apply(state: &mut ClusterState, grants: Vec<(Shard, NodeId)>) {
-        if !grants.is_empty() {
-            assert!(matches!(
-                state.apply(&Command::AssignShards { now_ms: 0, grants }),
-                Response::ShardsAssigned { .. }
-            ));
+    fn heartbeat(state: &mut ClusterState, nodes: &[NodeId], now_ms: u64) {
+        for &n in nodes {
+            state.apply(&Command::Heartbeat { node_id: n, now_ms, lease_ms: LEASE });
         }
+    }
+
+    /// Applies a plan as the leader proposes it: revocations, then grants.
+    fn apply(state: &mut ClusterState, plan: Plan, now_ms: u64) {
+        if !plan.revoke.is_empty() {
+            let r = state.apply(&Command::RevokeShards { now_ms, shards: plan.revoke });
+            assert!(matches!(r, Response::ShardsAssigned { .. }));
+        }
+        if !plan.grant.is_empty() {
+            let r = state.apply(&Command::AssignShards { now_ms, grants: plan.grant });
+            assert!(matches!(r, Response::ShardsAssigned { .. }));
+        }
+    }
+
+    fn step(state: &mut ClusterState, voters: &[NodeId], now_ms: u64) -> Plan {
+        let p = plan(state, &voters.iter().copied().collect(), at(now_ms));
+        apply(state, p.clone(), now_ms);
+        p
     }
 
     fn counts(state: &ClusterState) -> BTreeMap<Option<NodeId>, usize> {
@@ -113,104 +172,108 @@ mod tests {
         c
     }
 
-    fn voters(ids: &[NodeId]) -> BTreeSet<NodeId> {
-        ids.iter().copied().collect()
-    }
-
     #[test]
-    fn a_fresh_cluster_spreads_all_shards_evenly() {
+    fn a_fresh_cluster_spreads_all_shards_evenly_at_once() {
         let mut state = cluster(&[1, 2, 3], 1_000);
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
+        step(&mut state, &[1, 2, 3], 1_000);
         let c = counts(&state);
         assert_eq!(c.get(&None), None);
         assert!(c.values().all(|&n| (21..=22).contains(&n)), "{c:?}");
-        assert!(plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN).is_empty(), "a balanced map is left alone");
+        assert!(step(&mut state, &[1, 2, 3], 1_000).is_empty(), "a balanced map is left alone");
     }
 
     #[test]
-    fn an_expired_owner_loses_its_shards_only_after_the_margin() {
+    fn an_expired_owner_loses_its_shards_only_after_the_margin_and_then_at_once() {
         let mut state = cluster(&[1, 2, 3], 1_000);
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
-        // Nodes 1 and 2 keep heartbeating; node 3 stops.
-        for now in [3_000, 5_000, 7_000] {
-            state.apply(&Command::Heartbeat { node_id: 1, now_ms: now, lease_ms: LEASE });
-            state.apply(&Command::Heartbeat { node_id: 2, now_ms: now, lease_ms: LEASE });
-        }
+        step(&mut state, &[1, 2, 3], 1_000);
+        heartbeat(&mut state, &[1, 2], 7_000);
         let expiry = 1_000 + LEASE;
-        assert!(plan(&state, &voters(&[1, 2, 3]), expiry + MARGIN - 1, MARGIN).is_empty(), "within the margin");
-        let grants = plan(&state, &voters(&[1, 2, 3]), expiry + MARGIN, MARGIN);
-        assert!(!grants.is_empty() && grants.iter().all(|(_, n)| *n != 3));
+        assert!(step(&mut state, &[1, 2, 3], expiry + MARGIN - 1).is_empty(), "within the margin");
         let before = state.last_token;
-        apply(&mut state, grants);
+        let moved = step(&mut state, &[1, 2, 3], expiry + MARGIN);
+        assert!(moved.revoke.is_empty(), "an expired owner needs no revocation");
+        assert!(moved.grant.len() >= 21 && moved.grant.iter().all(|(_, n)| *n != 3));
         assert_eq!(counts(&state).get(&Some(3)), None);
-        assert!(state.shards.iter().filter(|g| g.token > before).count() >= 21, "every moved shard has a new token");
+        assert!(state.shards.iter().filter(|g| g.token > before).count() >= 21);
     }
 
     #[test]
-    fn draining_moves_everything_off_and_a_returning_node_gets_its_share_back() {
+    fn draining_revokes_first_and_grants_only_after_the_old_lease_lapsed() {
         let mut state = cluster(&[1, 2, 3], 1_000);
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
+        step(&mut state, &[1, 2, 3], 1_000);
         state.apply(&Command::SetDraining { node_id: 2, draining: true, now_ms: 1_000 });
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
-        assert_eq!(counts(&state).get(&Some(2)), None);
-        state.apply(&Command::SetDraining { node_id: 2, draining: false, now_ms: 1_000 });
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
+        let first = step(&mut state, &[1, 2, 3], 2_000);
+        assert!(first.grant.is_empty() && first.revoke.len() >= 21, "{first:?}");
+        assert_eq!(counts(&state).get(&Some(2)), None, "node 2 owns nothing once revoked");
+        heartbeat(&mut state, &[1, 2, 3], 5_000);
+        assert!(step(&mut state, &[1, 2, 3], 2_000 + LEASE + MARGIN - 1).grant.is_empty(), "too early to hand over");
+        let later = step(&mut state, &[1, 2, 3], 2_000 + LEASE + MARGIN);
+        assert!(later.grant.iter().all(|(_, n)| *n != 2) && later.grant.len() >= 21);
+        assert_eq!(counts(&state).get(&None), None);
+    }
+
+    #[test]
+    fn a_returning_node_gets_its_share_back_in_two_steps() {
+        let mut state = cluster(&[1, 2], 1_000);
+        step(&mut state, &[1, 2], 1_000);
+        heartbeat(&mut state, &[1, 2, 3], 2_000);
+        let revoked = step(&mut state, &[1, 2, 3], 2_000);
+        assert!(revoked.revoke.iter().all(|(_, hint)| *hint == Some(3)) && revoked.revoke.len() >= 20);
+        heartbeat(&mut state, &[1, 2, 3], 8_000);
+        step(&mut state, &[1, 2, 3], 2_000 + LEASE + MARGIN);
         assert!(counts(&state).values().all(|&n| (21..=22).contains(&n)), "{:?}", counts(&state));
     }
 
     #[test]
-    fn a_single_operator_move_is_not_undone() {
+    fn an_operator_move_is_honoured_and_not_undone() {
         let mut state = cluster(&[1, 2, 3], 1_000);
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
+        step(&mut state, &[1, 2, 3], 1_000);
         let shard = state.shards_owned_by(1)[0];
-        apply(&mut state, vec![(shard, 2)]);
-        assert!(plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN).is_empty());
+        state.apply(&Command::RevokeShards { now_ms: 1_000, shards: vec![(shard, Some(2))] });
+        heartbeat(&mut state, &[1, 2, 3], 7_000);
+        step(&mut state, &[1, 2, 3], 1_000 + LEASE + MARGIN);
+        assert_eq!(state.shards[shard as usize].owner, Some(2));
+        assert!(step(&mut state, &[1, 2, 3], 1_000 + LEASE + MARGIN).is_empty());
     }
 
     #[test]
-    fn a_removed_voter_or_no_live_node_is_handled() {
+    fn nobody_live_means_nothing_moves() {
         let mut state = cluster(&[1, 2, 3], 1_000);
-        let grants = plan(&state, &voters(&[1, 2, 3]), 1_000, MARGIN);
-        apply(&mut state, grants);
-        let grants = plan(&state, &voters(&[1, 2]), 1_000, MARGIN);
-        assert!(grants.iter().all(|(_, n)| *n != 3) && grants.len() >= 21);
-        assert!(plan(&state, &voters(&[1, 2, 3]), 1_000_000, MARGIN).is_empty(), "nobody live: nothing moves");
+        step(&mut state, &[1, 2, 3], 1_000);
+        assert!(step(&mut state, &[1, 2, 3], 1_000_000).is_empty());
     }
 
     proptest! {
-        /// Whatever the liveness and drain pattern, a plan grants only to
-        /// eligible nodes, and after applying it every shard has an eligible owner.
+        /// Whatever the liveness and drain pattern over several rounds: a
+        /// plan grants only to eligible nodes, and never grants a shard whose
+        /// previous owner may still hold a valid lease.
         #[test]
-        fn plans_grant_only_to_eligible_nodes_and_leave_no_orphans(
-            live in prop::collection::vec(any::<bool>(), 1..6),
-            draining in prop::collection::vec(any::<bool>(), 1..6),
-            rounds in 1usize..4,
+        fn plans_never_hand_a_shard_to_a_second_sender(
+            rounds in prop::collection::vec((prop::collection::vec(any::<bool>(), 4), prop::collection::vec(any::<bool>(), 4), 0u64..4_000), 1..8),
         ) {
-            let ids: Vec<NodeId> = (1..=live.len() as u64).collect();
+            let ids: Vec<NodeId> = vec![1, 2, 3, 4];
             let mut state = cluster(&ids, 1_000);
-            let grants = plan(&state, &voters(&ids), 1_000, MARGIN);
-        apply(&mut state, grants);
-            let now = 100_000;
-            for (i, &id) in ids.iter().enumerate() {
-                if live[i] { state.apply(&Command::Heartbeat { node_id: id, now_ms: now, lease_ms: LEASE }); }
-                let d = draining.get(i).copied().unwrap_or(false);
-                state.apply(&Command::SetDraining { node_id: id, draining: d, now_ms: now });
-            }
-            let eligible: BTreeSet<NodeId> = ids.iter().enumerate()
-                .filter(|(i, _)| live[*i] && !draining.get(*i).copied().unwrap_or(false)).map(|(_, &id)| id).collect();
-            for _ in 0..rounds {
-                let grants = plan(&state, &voters(&ids), now, MARGIN);
-                prop_assert!(grants.iter().all(|(_, n)| eligible.contains(n)));
-                apply(&mut state, grants);
-            }
-            if !eligible.is_empty() {
-                prop_assert!(state.shards.iter().all(|g| g.owner.is_some_and(|o| eligible.contains(&o))));
+            step(&mut state, &ids, 1_000);
+            let mut now = 1_000;
+            for (beating, draining, advance) in rounds {
+                now += advance;
+                for (i, &id) in ids.iter().enumerate() {
+                    if beating[i] { state.apply(&Command::Heartbeat { node_id: id, now_ms: now, lease_ms: LEASE }); }
+                    state.apply(&Command::SetDraining { node_id: id, draining: draining[i], now_ms: now });
+                }
+                let before = state.clone();
+                let p = plan(&state, &ids.iter().copied().collect(), at(now));
+                for (shard, target) in &p.grant {
+                    prop_assert!(before.nodes[target].live_until_ms + MARGIN > now && !before.nodes[target].draining);
+                    let old = before.shards[*shard as usize];
+                    if let Some(owner) = old.owner {
+                        // Only an owner whose lease lapsed (plus margin) loses a shard by a direct grant.
+                        prop_assert!(before.nodes.get(&owner).is_none_or(|n| n.live_until_ms + MARGIN <= now));
+                    } else if old.token > 0 {
+                        prop_assert!(now >= old.granted_at_ms + LEASE + MARGIN);
+                    }
+                }
+                apply(&mut state, p, now);
             }
         }
     }

@@ -149,14 +149,25 @@ impl LeaseLoop {
             }
             m.membership_config.membership().voter_ids().collect()
         };
-        let grants = rebalance::plan(&self.state.read(), &voters, self.clock.wall_ms(), DRIFT_MARGIN_MS);
-        if grants.is_empty() {
+        let timing = rebalance::Timing {
+            now_ms: self.clock.wall_ms(),
+            lease_ms: self.lease_ms,
+            drift_margin_ms: DRIFT_MARGIN_MS,
+        };
+        let plan = rebalance::plan(&self.state.read(), &voters, timing);
+        if plan.is_empty() {
             return;
         }
-        tracing::info!(moves = grants.len(), "rebalancing shards");
-        let command = Command::AssignShards { now_ms: self.clock.wall_ms(), grants };
-        if let Err(error) = self.proposer.propose(command).await {
-            tracing::warn!(%error, "could not assign shards");
+        tracing::info!(revoke = plan.revoke.len(), grant = plan.grant.len(), "rebalancing shards");
+        let mut commands = Vec::with_capacity(2);
+        if !plan.revoke.is_empty() {
+            commands.push(Command::RevokeShards { now_ms: timing.now_ms, shards: plan.revoke });
+        }
+        if !plan.grant.is_empty() {
+            commands.push(Command::AssignShards { now_ms: timing.now_ms, grants: plan.grant });
+        }
+        if let Err(error) = self.proposer.propose(Command::Batch(commands)).await {
+            tracing::warn!(%error, "could not rebalance shards");
         }
     }
 }

@@ -31,11 +31,23 @@ impl SupervisorLink {
 }
 
 impl ApplyObserver for SupervisorLink {
-    fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
+    /// The supervisor reads the state itself, outside the apply lock.
+    fn applied(&self, _state: &ClusterState, command: &Command, response: &Response) {
+        self.route(command, response);
+    }
+
+    fn snapshot_installed(&self, _state: &ClusterState) {
+        self.send(SupervisorMsg::Resync);
+    }
+}
+
+impl SupervisorLink {
+    /// Sends what `command` means for the actors to the supervisor.
+    fn route(&self, command: &Command, response: &Response) {
         match (command, response) {
             (Command::Batch(commands), Response::Batch(responses)) => {
                 for (command, response) in commands.iter().zip(responses) {
-                    self.applied(state, command, response);
+                    self.route(command, response);
                 }
             }
             (Command::IngestEvents { .. }, Response::Ingested { results }) => {
@@ -60,13 +72,11 @@ impl ApplyObserver for SupervisorLink {
                 | Command::RotateSecret { id, .. },
                 Response::Ok,
             ) => self.send(SupervisorMsg::EndpointChanged(id.clone())),
-            (Command::AssignShards { .. }, Response::ShardsAssigned { .. }) => self.send(SupervisorMsg::Rebalance),
+            (Command::AssignShards { .. } | Command::RevokeShards { .. }, Response::ShardsAssigned { .. }) => {
+                self.send(SupervisorMsg::Rebalance)
+            }
             _ => {}
         }
-    }
-
-    fn snapshot_installed(&self, _state: &ClusterState) {
-        self.send(SupervisorMsg::Resync);
     }
 }
 

@@ -13,6 +13,15 @@ use hookraft_raft::ApplyObserver;
 use super::Violation;
 use crate::trace::Trace;
 
+/// Whether applying `command` can change a shard grant.
+fn changes_grants(command: &Command) -> bool {
+    match command {
+        Command::AssignShards { .. } | Command::RevokeShards { .. } | Command::ForgetNode { .. } => true,
+        Command::Batch(commands) => commands.iter().any(changes_grants),
+        _ => false,
+    }
+}
+
 /// Observes every node's applied commands.
 pub struct FencingTap {
     violations: Mutex<Vec<Violation>>,
@@ -44,11 +53,10 @@ impl FencingTap {
     fn observe(&self, state: &ClusterState, command: &Command, response: &Response, grants_settled: bool) {
         match (command, response) {
             (Command::Batch(commands), Response::Batch(responses)) => {
-                // Grants change only through AssignShards and ForgetNode; when a
+                // Grants change only through AssignShards, RevokeShards and ForgetNode; when a
                 // batch holds one, the state after the batch no longer shows
                 // the grants its outcomes were judged against.
-                let settled =
-                    !commands.iter().any(|c| matches!(c, Command::AssignShards { .. } | Command::ForgetNode { .. }));
+                let settled = grants_settled && !commands.iter().any(changes_grants);
                 for (command, response) in commands.iter().zip(responses) {
                     self.observe(state, command, response, settled);
                 }

@@ -1,7 +1,10 @@
-//! One sender per lease: for each shard, the sends made under an older
+//! One sender per lease: for each shard, the sends decided under an older
 //! fencing token end before the sends under the next token begin, up to the
-//! clocks' skew bound. Two owners sending at once for longer than that means
-//! a lease was not respected.
+//! clocks' skew bound. A send is placed at the moment its sender checked its
+//! lease and started the attempt (its wall clock, skewed by at most the
+//! bound), not when it reached the receiver: a process stalled between the
+//! check and the write delivers late, and only the fence (and the receiver's
+//! deduplication on `webhook-id`) can make that harmless.
 
 use std::collections::BTreeMap;
 
@@ -12,13 +15,14 @@ pub fn check(sends: &[SendRecord], skew_bound_ms: u64) -> Vec<Violation> {
     // shard → token → (first, last) arrival
     let mut windows: BTreeMap<u16, BTreeMap<u64, (u64, u64, u64)>> = BTreeMap::new();
     for s in sends {
+        let at_ms = s.origin.started_at_ms.saturating_sub(crate::clock::EPOCH_MS);
         let w = windows.entry(s.origin.shard).or_default().entry(s.origin.token).or_insert((
-            s.at_ms,
-            s.at_ms,
+            at_ms,
+            at_ms,
             s.origin.node_id,
         ));
-        w.0 = w.0.min(s.at_ms);
-        w.1 = w.1.max(s.at_ms);
+        w.0 = w.0.min(at_ms);
+        w.1 = w.1.max(at_ms);
     }
     let mut found = Vec::new();
     for (shard, by_token) in windows {

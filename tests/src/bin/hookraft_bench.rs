@@ -102,7 +102,7 @@ async fn main() -> Result<()> {
             "event_types": [format!("bench.{i}")],
             "max_in_flight": 64,
         });
-        register_endpoint(&node, &body).await;
+        register_endpoint(node, &body).await;
     }
 
     let ingest_started = Instant::now();

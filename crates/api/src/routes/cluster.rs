@@ -102,10 +102,16 @@ async fn move_shard(
         }
     }
     let now_ms = ctx.clock.wall_ms();
-    match commit(&ctx, Command::AssignShards { now_ms, grants: vec![(shard, target)] }).await? {
+    // Revoke now (a new token: the current owner's outcomes become stale and
+    // it stops sending); the leader grants it to `target` once the current
+    // owner's lease must have lapsed.
+    match commit(&ctx, Command::RevokeShards { now_ms, shards: vec![(shard, Some(target))] }).await? {
         Response::ShardsAssigned { tokens } => {
             let token = tokens.first().map(|(_, t)| *t);
-            Ok((StatusCode::ACCEPTED, axum::Json(json!({ "shard": shard, "owner": target, "token": token }))))
+            Ok((
+                StatusCode::ACCEPTED,
+                axum::Json(json!({ "shard": shard, "owner": target, "token": token, "pending": true })),
+            ))
         }
         other => Err(Problem::internal(format!("unexpected response {other:?}"))),
     }

@@ -41,6 +41,20 @@ impl ClusterState {
         Response::Ok
     }
 
+    pub(super) fn revoke_shards(&mut self, shards: &[(Shard, Option<NodeId>)], now_ms: u64) -> Response {
+        if let Some((shard, _)) = shards.iter().find(|(s, _)| *s >= SHARD_COUNT) {
+            return Response::Conflict { detail: format!("shard {shard} does not exist") };
+        }
+        let mut tokens = Vec::with_capacity(shards.len());
+        for &(shard, next_owner) in shards {
+            self.last_token += 1;
+            self.shards[shard as usize] =
+                ShardGrant { owner: None, token: self.last_token, granted_at_ms: now_ms, next_owner };
+            tokens.push((shard, self.last_token));
+        }
+        Response::ShardsAssigned { tokens }
+    }
+
     pub(super) fn assign_shards(&mut self, grants: &[(Shard, NodeId)], now_ms: u64) -> Response {
         if let Some((shard, _)) = grants.iter().find(|(s, _)| *s >= SHARD_COUNT) {
             return Response::Conflict { detail: format!("shard {shard} does not exist") };
@@ -49,7 +63,7 @@ impl ClusterState {
         for &(shard, node) in grants {
             self.last_token += 1;
             self.shards[shard as usize] =
-                ShardGrant { owner: Some(node), token: self.last_token, granted_at_ms: now_ms };
+                ShardGrant { owner: Some(node), token: self.last_token, granted_at_ms: now_ms, next_owner: None };
             tokens.push((shard, self.last_token));
         }
         Response::ShardsAssigned { tokens }

@@ -48,7 +48,10 @@ impl Default for ClusterState {
             idempotency: BTreeMap::new(),
             active: BTreeMap::new(),
             nodes: BTreeMap::new(),
-            shards: vec![ShardGrant { owner: None, token: 0, granted_at_ms: 0 }; SHARD_COUNT as usize],
+            shards: vec![
+                ShardGrant { owner: None, token: 0, granted_at_ms: 0, next_owner: None };
+                SHARD_COUNT as usize
+            ],
             last_token: 0,
             outcomes_rejected_stale: 0,
         }
@@ -74,6 +77,7 @@ impl ClusterState {
             Command::SetDraining { node_id, draining, now_ms } => self.set_draining(*node_id, *draining, *now_ms),
             Command::ForgetNode { node_id, now_ms } => self.forget_node(*node_id, *now_ms),
             Command::Batch(commands) => Response::Batch(commands.iter().map(|c| self.apply(c)).collect()),
+            Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
         }
     }
 
