@@ -84,7 +84,9 @@ impl From<ProposeError> for Problem {
             ProposeError::ShuttingDown => Problem::unavailable("the node is shutting down; retry on another node"),
             ProposeError::Other(detail) => {
                 tracing::error!(%detail, "commit failed");
-                Problem::unavailable(format!("the request could not be committed: {detail}"))
+                Problem::unavailable(format!(
+                    "the request did not complete here ({detail}); retry it, with the same Idempotency-Key for events"
+                ))
             }
         }
     }

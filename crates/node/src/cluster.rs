@@ -131,10 +131,16 @@ impl ClusterProposer {
             Ok(committed) => {
                 // Read-your-writes: the caller reads this node's replica next.
                 let wait = self.raft.wait(Some(FORWARD_TIMEOUT));
-                if let Err(error) = wait.applied_index_at_least(Some(committed.log_index), "forwarded write").await {
-                    tracing::warn!(%error, "forwarded write committed but not yet applied here");
+                // Until then the write is not reported done: callers (a
+                // heartbeat extending this node's lease, above all) rely on
+                // this replica having applied everything up to it.
+                match wait.applied_index_at_least(Some(committed.log_index), "forwarded write").await {
+                    Ok(_) => Some(Ok(committed.response)),
+                    Err(error) => {
+                        tracing::warn!(%error, "forwarded write committed but not applied here in time");
+                        Some(Err(ProposeError::Other("committed, but not yet applied on this node".into())))
+                    }
                 }
-                Some(Ok(committed.response))
             }
             Err(ForwardError::Rejected(detail)) => Some(Err(ProposeError::Other(detail))),
             Err(error) => {
