@@ -22,11 +22,11 @@ use openraft::{BasicNode, Config, OptionalSend, RaftNetwork, RaftNetworkFactory,
 use crate::{Error, NodeId, Snapshot, TypeConfig, Vote};
 
 /// Leader heartbeat period.
-pub const HEARTBEAT_INTERVAL_MS: u64 = 150;
+pub const HEARTBEAT_INTERVAL_MS: u64 = 250;
 /// A follower that hears no leader for a random time in
 /// `[ELECTION_TIMEOUT_MIN_MS, ELECTION_TIMEOUT_MAX_MS)` starts an election.
-pub const ELECTION_TIMEOUT_MIN_MS: u64 = 700;
-pub const ELECTION_TIMEOUT_MAX_MS: u64 = 1400;
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 1000;
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 2000;
 /// Build a snapshot once this many entries were applied since the last one.
 pub const SNAPSHOT_EVERY_ENTRIES: u64 = 20_000;
 /// Entries kept in the log behind a snapshot, so a briefly lagging follower
