@@ -6,13 +6,18 @@ use crate::ids::{NodeId, SHARD_COUNT, Shard};
 use crate::model::{NodeRecord, ShardGrant};
 
 impl ClusterState {
-    pub(super) fn heartbeat(&mut self, node_id: NodeId, now_ms: u64, lease_ms: u64) -> Response {
-        let record = self.nodes.entry(node_id).or_insert(NodeRecord {
+    /// The liveness record of `node_id`, created empty on first mention.
+    fn node_record(&mut self, node_id: NodeId) -> &mut NodeRecord {
+        self.nodes.entry(node_id).or_insert(NodeRecord {
             id: node_id,
             last_heartbeat_ms: 0,
             live_until_ms: 0,
             draining: false,
-        });
+        })
+    }
+
+    pub(super) fn heartbeat(&mut self, node_id: NodeId, now_ms: u64, lease_ms: u64) -> Response {
+        let record = self.node_record(node_id);
         // Heartbeats may commit out of order when forwarded; liveness never moves back.
         record.last_heartbeat_ms = record.last_heartbeat_ms.max(now_ms);
         record.live_until_ms = record.live_until_ms.max(now_ms.saturating_add(lease_ms));
@@ -20,13 +25,7 @@ impl ClusterState {
     }
 
     pub(super) fn set_draining(&mut self, node_id: NodeId, draining: bool, _now_ms: u64) -> Response {
-        let record = self.nodes.entry(node_id).or_insert(NodeRecord {
-            id: node_id,
-            last_heartbeat_ms: 0,
-            live_until_ms: 0,
-            draining: false,
-        });
-        record.draining = draining;
+        self.node_record(node_id).draining = draining;
         Response::Ok
     }
 
@@ -41,29 +40,31 @@ impl ClusterState {
         Response::Ok
     }
 
+    /// Revokes shards: each gets a new token and no owner (`next_owner` is
+    /// where an operator wants it to go).
     pub(super) fn revoke_shards(&mut self, shards: &[(Shard, Option<NodeId>)], now_ms: u64) -> Response {
-        if let Some((shard, _)) = shards.iter().find(|(s, _)| *s >= SHARD_COUNT) {
-            return Response::Conflict { detail: format!("shard {shard} does not exist") };
-        }
-        let mut tokens = Vec::with_capacity(shards.len());
-        for &(shard, next_owner) in shards {
-            self.last_token += 1;
-            self.shards[shard as usize] =
-                ShardGrant { owner: None, token: self.last_token, granted_at_ms: now_ms, next_owner };
-            tokens.push((shard, self.last_token));
-        }
-        Response::ShardsAssigned { tokens }
+        self.set_grants(shards.iter().map(|&(shard, next_owner)| (shard, None, next_owner)), now_ms)
     }
 
     pub(super) fn assign_shards(&mut self, grants: &[(Shard, NodeId)], now_ms: u64) -> Response {
-        if let Some((shard, _)) = grants.iter().find(|(s, _)| *s >= SHARD_COUNT) {
+        self.set_grants(grants.iter().map(|&(shard, node)| (shard, Some(node), None)), now_ms)
+    }
+
+    /// Replaces each shard's grant under the next fencing token; refuses the
+    /// whole command if one shard does not exist.
+    fn set_grants(
+        &mut self,
+        grants: impl Iterator<Item = (Shard, Option<NodeId>, Option<NodeId>)> + Clone,
+        now_ms: u64,
+    ) -> Response {
+        if let Some((shard, _, _)) = grants.clone().find(|(s, _, _)| *s >= SHARD_COUNT) {
             return Response::Conflict { detail: format!("shard {shard} does not exist") };
         }
-        let mut tokens = Vec::with_capacity(grants.len());
-        for &(shard, node) in grants {
+        let mut tokens = Vec::new();
+        for (shard, owner, next_owner) in grants {
             self.last_token += 1;
             self.shards[shard as usize] =
-                ShardGrant { owner: Some(node), token: self.last_token, granted_at_ms: now_ms, next_owner: None };
+                ShardGrant { owner, token: self.last_token, granted_at_ms: now_ms, next_owner };
             tokens.push((shard, self.last_token));
         }
         Response::ShardsAssigned { tokens }
