@@ -149,15 +149,13 @@ impl SupervisorState {
 
     /// Starts actors for owned endpoints with work or an open breaker, stops the rest.
     async fn rebalance(&mut self, myself: &ActorRef<SupervisorMsg>) {
-        let wanted: Vec<EndpointId> = {
+        // Ownership reads the state too: ask it only once this guard is gone.
+        let enabled: Vec<EndpointId> = {
             let state = self.ctx.state.read();
-            state
-                .endpoints
-                .values()
-                .filter(|e| !e.disabled && self.ctx.ownership.token_for(e.id.shard()).is_some())
-                .map(|e| e.id.clone())
-                .collect()
+            state.endpoints.values().filter(|e| !e.disabled).map(|e| e.id.clone()).collect()
         };
+        let wanted: Vec<EndpointId> =
+            enabled.into_iter().filter(|id| self.ctx.ownership.token_for(id.shard()).is_some()).collect();
         let keep: std::collections::BTreeSet<&EndpointId> = wanted.iter().collect();
         for (endpoint_id, actor) in &self.actors {
             if !keep.contains(endpoint_id) {

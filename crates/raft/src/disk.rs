@@ -19,6 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::Error;
+use crate::group_commit::GroupCommit;
 
 /// sled's page cache size. The log's hot tail and the snapshot fit easily;
 /// sled evicts the rest.
@@ -117,6 +118,8 @@ pub(crate) fn is_empty_range(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
 #[derive(Clone)]
 pub struct SledDisk {
     db: sled::Db,
+    /// Every tree's flush goes through it: one fsync at a time, shared.
+    group_commit: GroupCommit,
     /// Only names the disk in errors.
     path: PathBuf,
 }
@@ -133,13 +136,13 @@ impl SledDisk {
             .flush_every_ms(None)
             .open()
             .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
-        Ok(Self { db, path: path.to_path_buf() })
+        Ok(Self { group_commit: GroupCommit::new(db.clone()), db, path: path.to_path_buf() })
     }
 }
 
 impl Disk for SledDisk {
     fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error> {
-        Ok(Arc::new(SledTree(self.db.open_tree(name)?)))
+        Ok(Arc::new(SledTree { tree: self.db.open_tree(name)?, group_commit: self.group_commit.clone() }))
     }
 
     fn describe(&self) -> String {
@@ -148,15 +151,18 @@ impl Disk for SledDisk {
 }
 
 /// A tree of a [`SledDisk`].
-struct SledTree(sled::Tree);
+struct SledTree {
+    tree: sled::Tree,
+    group_commit: GroupCommit,
+}
 
 impl KvTree for SledTree {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.0.get(key)?.map(|value| value.to_vec()))
+        Ok(self.tree.get(key)?.map(|value| value.to_vec()))
     }
 
     fn insert(&self, key: &[u8], value: Vec<u8>) -> Result<(), Error> {
-        self.0.insert(key, value)?;
+        self.tree.insert(key, value)?;
         Ok(())
     }
 
@@ -165,7 +171,7 @@ impl KvTree for SledTree {
             return Ok(Vec::new());
         }
         let mut pairs = Vec::new();
-        for item in self.0.range::<&[u8], _>((start, end)).take(limit) {
+        for item in self.tree.range::<&[u8], _>((start, end)).take(limit) {
             let (key, value) = item?;
             pairs.push((key.to_vec(), value.to_vec()));
         }
@@ -173,7 +179,7 @@ impl KvTree for SledTree {
     }
 
     fn last(&self) -> Result<Option<KeyValue>, Error> {
-        Ok(self.0.last()?.map(|(key, value)| (key.to_vec(), value.to_vec())))
+        Ok(self.tree.last()?.map(|(key, value)| (key.to_vec(), value.to_vec())))
     }
 
     fn remove_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<(), Error> {
@@ -181,11 +187,11 @@ impl KvTree for SledTree {
             return Ok(());
         }
         let mut batch = sled::Batch::default();
-        for item in self.0.range::<&[u8], _>((start, end)) {
+        for item in self.tree.range::<&[u8], _>((start, end)) {
             let (key, _) = item?;
             batch.remove(key);
         }
-        self.0.apply_batch(batch)?;
+        self.tree.apply_batch(batch)?;
         Ok(())
     }
 
@@ -197,17 +203,15 @@ impl KvTree for SledTree {
                 BatchOp::Remove { key } => sled_batch.remove(key),
             }
         }
-        self.0.apply_batch(sled_batch)?;
+        self.tree.apply_batch(sled_batch)?;
         Ok(())
     }
 
     fn flush(&self) -> FlushFuture<'_> {
         // sled's pages are shared by every tree of the database: this flushes
-        // all of them, as the trait promises.
-        Box::pin(async move {
-            self.0.flush_async().await?;
-            Ok(())
-        })
+        // all of them, as the trait promises. Never sled's `flush_async`: see
+        // `group_commit` for the hang it has.
+        Box::pin(self.group_commit.flush())
     }
 }
 

@@ -29,6 +29,8 @@
 //!   the secret header, and the reply enums ([`RaftReply`], [`ProposeReply`]).
 //! - [`error`]: [`Error`], this crate's one error enum.
 //! - `codec` (private): the bincode encoding of everything this crate persists.
+//! - `group_commit` (private): sled's flushes, one at a time and shared by
+//!   every caller waiting (never sled's `flush_async`, which can hang).
 //!
 //! This crate owns the durability contract of DESIGN §1 ("accepted means
 //! durable"): an entry is reported as appended only after the disk has
@@ -47,6 +49,7 @@ pub mod runtime;
 pub mod state_machine;
 
 mod codec;
+mod group_commit;
 mod snapshot;
 
 use std::io::Cursor;

@@ -10,6 +10,7 @@
 //! This module must not decide anything about the domain: a command's
 //! effect is [`ClusterState::apply`]'s alone.
 
+use std::cell::Cell;
 use std::io::Cursor;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,9 +64,49 @@ pub struct StateHandle {
 }
 
 /// A read guard on the state; derefs to [`ClusterState`]. Applying waits
-/// while one is held, so hold it briefly and never across an `.await`.
+/// while one is held, so hold it briefly and never across an `.await`, and
+/// never read again while holding one (see [`StateHandle::read`]).
 pub struct StateRef<'a> {
     guard: RwLockReadGuard<'a, Applied>,
+    _held: ReadHeld,
+}
+
+thread_local! {
+    /// Read guards this thread holds right now.
+    static READS_HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Counts a read guard in [`READS_HELD`] while it lives. A guard is not
+/// `Send`, so it is released on the thread that took it.
+struct ReadHeld;
+
+impl ReadHeld {
+    fn take() -> Self {
+        READS_HELD.with(|held| held.set(held.get() + 1));
+        ReadHeld
+    }
+}
+
+impl Drop for ReadHeld {
+    fn drop(&mut self) {
+        READS_HELD.with(|held| held.set(held.get().saturating_sub(1)));
+    }
+}
+
+/// Checks that this thread holds no read guard before it takes the lock.
+///
+/// The lock prefers writers: once apply waits for the write lock, every new
+/// read waits behind it. A thread that already holds a read guard and asks
+/// for another then waits for apply, which waits for that thread, and the
+/// node stops (found by the chaos run: an idempotent replay read the state
+/// inside a read). Debug builds, and so every test and simulation, fail at
+/// once; a release build logs the bug and goes on.
+fn assert_no_read_held(taking: &str) {
+    let held = READS_HELD.with(Cell::get);
+    if held > 0 {
+        debug_assert!(false, "{taking} the replicated state while this thread holds {held} read guard(s)");
+        tracing::error!(held, "{taking} the replicated state while holding a read guard: a deadlock waits here");
+    }
 }
 
 impl Deref for StateRef<'_> {
@@ -89,8 +130,13 @@ impl StateHandle {
     /// A panic inside an apply or an observer poisons the lock; reads then
     /// still return the state (which openraft has stopped changing, since a
     /// failed apply shuts the node's Raft down).
+    ///
+    /// Never call it while this thread holds another [`StateRef`]: that
+    /// deadlocks as soon as apply is waiting for the lock, and asserts.
     pub fn read(&self) -> StateRef<'_> {
-        StateRef { guard: self.applied.read().unwrap_or_else(PoisonError::into_inner) }
+        assert_no_read_held("reading");
+        let guard = self.applied.read().unwrap_or_else(PoisonError::into_inner);
+        StateRef { guard, _held: ReadHeld::take() }
     }
 
     /// The log id of the last applied entry.
@@ -156,6 +202,7 @@ impl StateMachineStore {
     }
 
     fn write(&self) -> Result<RwLockWriteGuard<'_, Applied>, Error> {
+        assert_no_read_held("applying to");
         self.applied.write().map_err(|_| poisoned())
     }
 
@@ -291,5 +338,38 @@ mod tests {
         let id = LogId::new(openraft::CommittedLeaderId::new(3, 1), 42);
         assert_eq!(snapshot_id(Some(id), 7), "3-42-7");
         assert_eq!(snapshot_id(None, 1), "none-1");
+    }
+
+    fn store() -> (StateMachineStore, StateHandle) {
+        StateMachineStore::open(&crate::MemDisk::new(), None).expect("opens")
+    }
+
+    #[test]
+    fn reads_one_after_another_on_one_thread_are_fine() {
+        let (_store, handle) = store();
+        let first = handle.read().last_applied();
+        assert_eq!(handle.read().last_applied(), first);
+        assert_eq!(READS_HELD.with(Cell::get), 0, "every guard released");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "while this thread holds 1 read guard")]
+    fn a_read_taken_while_holding_a_read_asserts_instead_of_deadlocking_later() {
+        let (_store, handle) = store();
+        let _outer = handle.read();
+        let _inner = handle.read();
+    }
+
+    #[test]
+    fn guards_on_other_threads_do_not_count_as_held_here() {
+        let (_store, handle) = store();
+        let _here = handle.read();
+        let there = handle.clone();
+        std::thread::spawn(move || {
+            let _guard = there.read();
+        })
+        .join()
+        .expect("a read on another thread does not assert");
     }
 }

@@ -67,9 +67,10 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
         ),
         None => None,
     };
-    if let Some(key) = &key
-        && let Some(existing) = ctx.state.read().idempotency.get(key).cloned()
-    {
+    // Its own statement: the read guard must be gone before `answer` reads
+    // again (a guard in an `if let` condition lives through the whole block).
+    let existing = key.as_ref().and_then(|key| ctx.state.read().idempotency.get(key).cloned());
+    if let Some(existing) = existing {
         return answer(ctx, &existing, true);
     }
     let now_ms = ctx.clock.wall_ms();
