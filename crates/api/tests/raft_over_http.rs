@@ -150,10 +150,15 @@ fn grant(shard: u16, node: NodeId) -> Command {
 /// Waits until every node in `nodes` holds the same state as `reference`.
 async fn converge(what: &str, reference: &TestNode, nodes: &[&TestNode]) {
     eventually(what, || {
-        let expected = reference.state.read();
+        // A copy, not a held guard: `nodes` may include `reference`, and a
+        // second read of a state already read on this thread asserts.
+        let (applied, expected) = {
+            let guard = reference.state.read();
+            (guard.last_applied(), (*guard).clone())
+        };
         nodes.iter().all(|n| {
             let state = n.state.read();
-            state.last_applied() == expected.last_applied() && *state == *expected
+            state.last_applied() == applied && *state == expected
         })
     })
     .await;
