@@ -1,0 +1,175 @@
+//! Benchmark of building a Raft snapshot of a loaded node: openraft's
+//! `RaftSnapshotBuilder::build_snapshot` on a `StateMachineStore` over a
+//! `MemDisk`, i.e. encoding the whole `ClusterState` (bincode, under the read
+//! lock) and storing the snapshot on the disk, as a node does when openraft
+//! asks it to compact its log.
+//!
+//! The state is built through the store's public `apply`, from log entries
+//! as a node commits them: 100 endpoints, 10,000 events of 200-byte payloads
+//! (one delivery each), half of them delivered. Throughput is in bytes of the
+//! snapshot.
+//!
+//! Run: `cargo bench -p hookraft-raft --bench snapshot`
+//! (quicker: append `-- --warm-up-time 1 --measurement-time 3`).
+
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use hookraft_core::breaker::CircuitBreaker;
+use hookraft_core::command::{NewEvent, Outcome};
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId, SHARD_COUNT};
+use hookraft_core::model::{AttemptRecord, DeliveryState, Endpoint};
+use hookraft_core::retry::{Decision, RetryPolicy};
+use hookraft_core::signing::Secret;
+use hookraft_raft::{Command, Entry, EntryPayload, LogId, MemDisk, NodeId, Response, StateMachineStore};
+use openraft::storage::RaftStateMachine;
+use openraft::{CommittedLeaderId, RaftSnapshotBuilder};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::runtime::Runtime;
+
+const ENDPOINTS: usize = 100;
+const EVENTS: usize = 10_000;
+/// Events per `IngestEvents` entry, and outcomes per `RecordOutcomes` entry.
+const BATCH: usize = 500;
+const PAYLOAD_BYTES: usize = 200;
+/// The leader, which owns every shard.
+const NODE: NodeId = 1;
+const NOW_MS: u64 = 1_700_000_000_000;
+
+/// A JSON object of exactly [`PAYLOAD_BYTES`] bytes, distinct per `n`.
+fn payload(n: usize) -> String {
+    let head = format!(r#"{{"id":"inv_{n:08}","type":"invoice.paid","amount":4200,"note":""#);
+    let tail = r#""}"#;
+    format!("{head}{}{tail}", "x".repeat(PAYLOAD_BYTES - head.len() - tail.len()))
+}
+
+fn endpoint(rng: &mut StdRng, n: usize) -> Endpoint {
+    Endpoint {
+        id: EndpointId::generate(NOW_MS, rng),
+        url: format!("https://hooks.example.com/{n}"),
+        description: None,
+        secret: Secret::generate(rng),
+        previous_secrets: Vec::new(),
+        event_types: Some(vec![format!("type.{n}")]),
+        max_in_flight: 10,
+        rate_limit_per_s: None,
+        timeout_ms: 15_000,
+        retry: RetryPolicy::default(),
+        disabled: false,
+        disabled_reason: None,
+        breaker: CircuitBreaker::new(),
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS,
+    }
+}
+
+fn new_event(rng: &mut StdRng, n: usize, now_ms: u64) -> NewEvent {
+    NewEvent {
+        id: EventId::generate(now_ms, rng),
+        event_type: format!("type.{}", n % ENDPOINTS),
+        payload: payload(n),
+        idempotency_key: Some(format!("idem-{n}")),
+        endpoint_ids: None,
+    }
+}
+
+fn delivered(delivery_id: &DeliveryId, endpoint_id: &EndpointId, token: u64) -> Outcome {
+    Outcome {
+        delivery_id: delivery_id.clone(),
+        shard: endpoint_id.shard(),
+        token,
+        attempt: AttemptRecord {
+            node_id: NODE,
+            fencing_token: token,
+            started_at_ms: NOW_MS + 1_000,
+            latency_ms: 40,
+            status_code: Some(200),
+            error: None,
+            response_excerpt: Some(r#"{"ok":true}"#.to_owned()),
+        },
+        decision: Decision::Delivered,
+        breaker: None,
+    }
+}
+
+/// Appends `commands` to the store as committed log entries after the last
+/// applied one, and checks that none was refused.
+fn commit(rt: &Runtime, store: &mut StateMachineStore, commands: Vec<Command>) {
+    let next = store.handle().last_applied().map_or(1, |id| id.index + 1);
+    let entries = commands.into_iter().zip(next..).map(|(command, index)| Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, NODE), index),
+        payload: EntryPayload::Normal(command),
+    });
+    let responses = rt.block_on(store.apply(entries)).expect("the state machine applies");
+    for response in responses {
+        assert!(
+            !matches!(response, Response::Conflict { .. } | Response::NotFound { .. }),
+            "command refused: {response:?}"
+        );
+    }
+}
+
+/// A state machine holding [`EVENTS`] events over [`ENDPOINTS`] endpoints,
+/// every other delivery delivered.
+fn loaded_store(rt: &Runtime) -> StateMachineStore {
+    let (mut store, handle) = StateMachineStore::open(&MemDisk::new(), None).expect("opens on an empty disk");
+    let mut rng = StdRng::seed_from_u64(7);
+
+    let grants = (0..SHARD_COUNT).map(|shard| (shard, NODE)).collect();
+    let mut setup = vec![Command::AssignShards { now_ms: NOW_MS, grants }];
+    setup.extend((0..ENDPOINTS).map(|n| Command::RegisterEndpoint { endpoint: Box::new(endpoint(&mut rng, n)) }));
+    commit(rt, &mut store, setup);
+
+    let ingests = (0..EVENTS / BATCH)
+        .map(|i| {
+            let now_ms = NOW_MS + i as u64;
+            let events = (i * BATCH..(i + 1) * BATCH).map(|n| new_event(&mut rng, n, now_ms)).collect();
+            Command::IngestEvents { now_ms, events }
+        })
+        .collect();
+    commit(rt, &mut store, ingests);
+
+    let outcomes: Vec<Outcome> = {
+        let state = handle.read();
+        state
+            .active
+            .values()
+            .flatten()
+            .step_by(2)
+            .map(|id| {
+                let endpoint_id = &state.deliveries[id].endpoint_id;
+                delivered(id, endpoint_id, state.grant_for(endpoint_id).token)
+            })
+            .collect()
+    };
+    let records = outcomes
+        .chunks(BATCH)
+        .map(|batch| Command::RecordOutcomes { node_id: NODE, now_ms: NOW_MS + 2_000, outcomes: batch.to_vec() })
+        .collect();
+    commit(rt, &mut store, records);
+
+    let state = handle.read();
+    assert_eq!((state.events.len(), state.deliveries.len()), (EVENTS, EVENTS));
+    let done = state.deliveries.values().filter(|d| d.state == DeliveryState::Delivered).count();
+    assert_eq!(done, EVENTS / 2);
+    drop(state);
+    store
+}
+
+fn bench_snapshot(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime");
+    let mut store = loaded_store(&rt);
+    let snapshot = rt.block_on(store.build_snapshot()).expect("the snapshot builds");
+    let bytes = snapshot.snapshot.get_ref().len() as u64;
+
+    let mut group = c.benchmark_group("snapshot");
+    // Milliseconds per iteration: few flat samples keep the run short.
+    group.sampling_mode(SamplingMode::Flat).sample_size(20);
+    group.throughput(Throughput::Bytes(bytes));
+    group.bench_function("build_10k_events", |b| {
+        b.iter(|| rt.block_on(store.build_snapshot()).expect("the snapshot builds"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_snapshot);
+criterion_main!(benches);
