@@ -1,72 +1,97 @@
-//! `hookraft-bench`: ingest and end-to-end delivery throughput of one node.
+//! `hookraft-bench`: hookraft's speed, measured the same way every time.
 //!
-//! Starts a fresh node (the release binary by default) in a temporary
-//! directory, a fast in-process receiver that answers 200 at once, registers
-//! `--endpoints` endpoints each subscribed to its own type `bench.{i}`, then
-//! posts `--events` events round robin over those types from `--connections`
-//! concurrent keep-alive clients, and prints:
+//! For each scenario of `--scenario` it starts a fresh deployment (one node,
+//! or `--nodes 3` on loopback, from the release binary beside this one), a
+//! receiver fleet in this process that counts deliveries per endpoint and
+//! `webhook-id`, registers the scenario's endpoints, posts its events from
+//! `--connections` keep-alive clients as fast as they are accepted, waits
+//! until every expected delivery arrived, and reports accepted events/s,
+//! ingest latency p50/p99/p999, delivered/s, end-to-end latency p50/p99,
+//! duplicates, lost deliveries, and each node's memory and CPU. A progress
+//! line goes to stderr every second. `--json` prints the reports as JSON on
+//! stdout (the human summary then goes to stderr).
+//!
+//! Scenarios (`scenario.rs`): `throughput` (100 endpoints), `isolation` (99
+//! healthy, one hanging past its timeout, one answering 500), `backlog` (a
+//! million deliveries to an endpoint that is down, then back: memory per
+//! pending delivery and drain rate) and `fan-out` (each event to 50
+//! endpoints).
 //!
 //! ```text
-//! ingest: N events in T s = X events/s, latency p50=.. p99=.. max=.. ms (C connections, E endpoints)
-//! delivery: N delivered in T s = Y delivered/s (end to end, from first ingest)
+//! cargo build --release -p hookraft -p hookraft-tests
+//! target/release/hookraft-bench --scenario throughput,isolation --nodes 1
 //! ```
 //!
-//! Run: `cargo build --release -p hookraft -p hookraft-tests && target/release/hookraft-bench`.
-//! It prints figures; it asserts nothing beyond the run completing.
+//! It prints figures; it fails (exit 1) only when an expected delivery never
+//! arrives, which would be a bug, not a slow run.
 
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time; the clock seam is for production code")]
 
+#[path = "hookraft_bench/fleet.rs"]
+mod fleet;
+#[path = "hookraft_bench/load.rs"]
+mod load;
+#[path = "hookraft_bench/procstat.rs"]
+mod procstat;
+#[path = "hookraft_bench/report.rs"]
+mod report;
+#[path = "hookraft_bench/scenario.rs"]
+mod scenario;
+
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
+use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, register_endpoint};
-use serde_json::json;
 
-/// How long the delivery phase may take before the bench gives up.
-const DELIVERY_DEADLINE: Duration = Duration::from_secs(300);
-/// Per-request timeout of the ingest clients.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+use fleet::Fleet;
+use load::{Load, Progress};
+use report::{BacklogFigures, NodeUsage, Quantiles, Report};
+use scenario::Scenario;
+
+/// How often the progress line is printed and delivery progress is polled.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the backlog scenario lets the owner settle before reading its memory.
+const BACKLOG_SETTLE: Duration = Duration::from_secs(5);
+const MIB: f64 = 1024.0 * 1024.0;
 
 #[derive(Debug, Parser)]
-#[command(name = "hookraft-bench", about = "Ingest and delivery throughput of one hookraft node")]
+#[command(name = "hookraft-bench", about = "Throughput, latency, isolation and backlog figures of hookraft")]
 struct Args {
-    /// Events to post.
-    #[arg(long, default_value_t = 50_000)]
-    events: usize,
-    /// Concurrent ingest connections.
+    /// Scenarios to run, each on a fresh deployment.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "throughput")]
+    scenario: Vec<Scenario>,
+    /// Events to post [default: 60,000; fan-out 2,000; backlog 1,000,000].
+    #[arg(long)]
+    events: Option<usize>,
+    /// Concurrent keep-alive ingest connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
-    /// Endpoints, each subscribed to its own event type. With 0, events
-    /// match no endpoint: the run measures ingest alone.
-    #[arg(long, default_value_t = 100)]
-    endpoints: usize,
-    /// Nodes: 1 runs a single node; 3 (or more) runs a cluster on loopback,
-    /// with ingest spread round robin over every node.
+    /// Bytes of each event's payload.
+    #[arg(long, default_value_t = 200)]
+    payload_bytes: usize,
+    /// 1: a single node; 3 (or more): a cluster on loopback, ingest spread over every node.
     #[arg(long, default_value_t = 1)]
     nodes: u64,
+    /// Print the reports as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// How long every expected delivery may take to arrive, in seconds.
+    #[arg(long, default_value_t = 900)]
+    delivery_deadline_s: u64,
     /// The hookraft binary [default: `hookraft` beside this executable].
     #[arg(long, env = "HOOKRAFT_BIN")]
     bin: Option<PathBuf>,
 }
 
-/// What the receiver counts. `last_ns` is measured from `origin`.
-struct Counter {
-    origin: Instant,
-    received: AtomicU64,
-    last_ns: AtomicU64,
-}
-
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> Result<ExitCode> {
     let args = Args::parse();
-    ensure!(args.events > 0 && args.connections > 0, "events and connections must be positive");
+    ensure!(args.connections > 0 && args.nodes > 0, "connections and nodes must be positive");
     let bin = match args.bin.clone() {
         Some(bin) => bin,
         None => default_binary()?,
@@ -77,76 +102,32 @@ async fn main() -> Result<()> {
         bin.display()
     );
 
-    // Keep the cluster alive for the whole run; a single node is a cluster of one.
-    let (_single, cluster, urls) = if args.nodes <= 1 {
-        let node = TestNode::start_with(NodeOptions::default().binary(&bin)).await;
-        let url = node.url("/v1/events");
-        (Some(node), None, vec![url])
-    } else {
-        let options =
-            ClusterOptions { size: args.nodes, node: NodeOptions::default().binary(&bin), ..Default::default() };
-        let cluster = TestCluster::start_with(options).await;
-        let urls = cluster.base_urls().into_iter().map(|(_, base)| format!("{base}/v1/events")).collect();
-        (None, Some(cluster), urls)
-    };
-    let node: &TestNode = match (&_single, &cluster) {
-        (Some(node), _) => node,
-        (None, Some(cluster)) => cluster.leader().await,
-        (None, None) => bail!("no node started"),
-    };
-    let counter = Arc::new(Counter { origin: Instant::now(), received: AtomicU64::new(0), last_ns: AtomicU64::new(0) });
-    let receiver_addr = start_receiver(counter.clone()).await?;
-    for i in 0..args.endpoints {
-        let body = json!({
-            "url": format!("http://{receiver_addr}/bench/{i}"),
-            "event_types": [format!("bench.{i}")],
-            "max_in_flight": 64,
-        });
-        register_endpoint(node, &body).await;
-    }
-
-    let ingest_started = Instant::now();
-    let (mut latencies, failures) = ingest(&urls, &args).await?;
-    let ingest_s = ingest_started.elapsed().as_secs_f64();
-    latencies.sort_unstable();
-    let accepted = latencies.len();
-    println!(
-        "ingest: {accepted} events in {ingest_s:.2} s = {:.0} events/s, latency p50={:.1} p99={:.1} max={:.1} ms \
-         ({} connections, {} endpoints, {} node(s))",
-        accepted as f64 / ingest_s,
-        percentile_ms(&latencies, 0.50),
-        percentile_ms(&latencies, 0.99),
-        percentile_ms(&latencies, 1.0),
-        args.connections,
-        args.endpoints,
-        args.nodes,
-    );
-    if failures > 0 {
-        println!("ingest: {failures} requests were not accepted");
-    }
-
-    if args.endpoints == 0 {
-        return Ok(());
-    }
-    let expected = accepted as u64;
-    let deadline = Instant::now() + DELIVERY_DEADLINE;
-    while counter.received.load(Ordering::Relaxed) < expected {
-        if Instant::now() >= deadline {
-            bail!(
-                "only {} of {expected} deliveries arrived within {} s",
-                counter.received.load(Ordering::Relaxed),
-                DELIVERY_DEADLINE.as_secs()
-            );
+    let mut reports = Vec::new();
+    for &scenario in &args.scenario {
+        let report = run_scenario(&args, scenario, &bin).await?;
+        let text = report.render();
+        if args.json {
+            eprint!("{text}")
+        } else {
+            print!("{text}")
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        reports.push(report);
     }
-    let last = counter.origin + Duration::from_nanos(counter.last_ns.load(Ordering::Relaxed));
-    let delivery_s = last.saturating_duration_since(ingest_started).as_secs_f64();
-    println!(
-        "delivery: {expected} delivered in {delivery_s:.2} s = {:.0} delivered/s (end to end, from first ingest)",
-        expected as f64 / delivery_s
-    );
-    Ok(())
+    let by_name = |name: &str| reports.iter().find(|r| r.scenario == name);
+    if let (Some(base), Some(isolated)) = (by_name("throughput"), by_name("isolation")) {
+        let ratio = isolated.end_to_end_latency_ms.p99 / base.end_to_end_latency_ms.p99.max(f64::EPSILON);
+        let line = format!("isolation: healthy end-to-end p99 is {ratio:.2}x the throughput scenario's");
+        if args.json { eprintln!("{line}") } else { println!("{line}") }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    let lost: usize = reports.iter().map(|r| r.lost).sum();
+    if lost > 0 {
+        eprintln!("FAIL: {lost} expected deliveries never arrived");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `hookraft` in the directory of this executable.
@@ -156,85 +137,205 @@ fn default_binary() -> Result<PathBuf> {
     Ok(dir.join(format!("hookraft{}", std::env::consts::EXE_SUFFIX)))
 }
 
-/// An axum server on `127.0.0.1:0` that answers 200 to everything and counts.
-async fn start_receiver(counter: Arc<Counter>) -> Result<std::net::SocketAddr> {
-    async fn receive(State(counter): State<Arc<Counter>>) -> StatusCode {
-        let now_ns = u64::try_from(counter.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        counter.last_ns.fetch_max(now_ns, Ordering::Relaxed);
-        counter.received.fetch_add(1, Ordering::Relaxed);
-        StatusCode::OK
-    }
-    let app = Router::new().fallback(receive).with_state(counter);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("bind the receiver")?;
-    let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            eprintln!("receiver stopped: {error}");
+/// The nodes under test; dropping it stops them.
+enum Deployment {
+    Single(TestNode),
+    Cluster(TestCluster),
+}
+
+impl Deployment {
+    async fn start(nodes: u64, bin: &PathBuf) -> Self {
+        let node = NodeOptions::default().binary(bin);
+        if nodes <= 1 {
+            Deployment::Single(TestNode::start_with(node).await)
+        } else {
+            Deployment::Cluster(
+                TestCluster::start_with(ClusterOptions { size: nodes, node, ..Default::default() }).await,
+            )
         }
+    }
+
+    /// `/v1/events` of every node.
+    fn event_urls(&self) -> Vec<String> {
+        match self {
+            Deployment::Single(node) => vec![node.url("/v1/events")],
+            Deployment::Cluster(c) => c.base_urls().into_iter().map(|(_, base)| format!("{base}/v1/events")).collect(),
+        }
+    }
+
+    /// The node endpoints are registered through (the leader of a cluster).
+    async fn registrar(&self) -> &TestNode {
+        match self {
+            Deployment::Single(node) => node,
+            Deployment::Cluster(cluster) => cluster.leader().await,
+        }
+    }
+
+    /// `(node id, pid)` of every running node.
+    fn pids(&self) -> Vec<(u64, u32)> {
+        match self {
+            Deployment::Single(node) => node.pid().map(|pid| (1, pid)).into_iter().collect(),
+            Deployment::Cluster(c) => c.ids().into_iter().filter_map(|id| Some((id, c.node(id).pid()?))).collect(),
+        }
+    }
+
+    fn samples(&self) -> Vec<(u64, Option<procstat::Sample>)> {
+        self.pids().into_iter().map(|(id, pid)| (id, procstat::sample(pid))).collect()
+    }
+}
+
+async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<Report> {
+    let events = args.events.unwrap_or(scenario.default_events());
+    eprintln!("== {}: {events} events, {} node(s)", scenario.name(), args.nodes);
+    let deployment = Deployment::start(args.nodes, bin).await;
+    let origin = Instant::now();
+    let (fleet, fleet_url) = Fleet::start(origin).await?;
+    let specs = scenario.endpoints();
+    let registrar = deployment.registrar().await;
+    for spec in &specs {
+        let mut body = spec.settings.clone();
+        body["url"] = format!("{fleet_url}/{}/{}", spec.behaviour, spec.index).into();
+        register_endpoint(registrar, &body).await;
+    }
+
+    let before = deployment.samples();
+    let load = Arc::new(Load {
+        urls: deployment.event_urls(),
+        events,
+        connections: args.connections,
+        payload_bytes: args.payload_bytes,
+        event_type: scenario.event_type(),
+        origin,
     });
-    Ok(addr)
+    let progress = Arc::new(Progress::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let printer = tokio::spawn(print_progress(origin, progress.clone(), fleet.clone(), done.clone()));
+    let ingest_started = origin.elapsed();
+    let (accepted, not_accepted) = load::run(load, progress).await?;
+    let ingest_s = (origin.elapsed() - ingest_started).as_secs_f64();
+
+    let expected: Vec<(u32, &str)> = accepted
+        .iter()
+        .flat_map(|a| scenario.healthy_targets(a.index).into_iter().map(move |t| (t, a.event_id.as_str())))
+        .collect();
+    let backlog = if scenario == Scenario::Backlog {
+        Some(drain_backlog(&deployment, &fleet, &before, accepted.len(), args, expected.len()).await)
+    } else {
+        None
+    };
+    wait_for_arrivals(&fleet, expected.len(), Duration::from_secs(args.delivery_deadline_s)).await;
+    done.store(true, Ordering::Relaxed);
+    let _ = printer.await;
+    let wall = origin.elapsed() - ingest_started;
+    let after = deployment.samples();
+
+    let delivered = fleet.arrived_among(expected.iter().copied());
+    let (_, duplicates) = fleet.distinct_and_duplicates();
+    let delivery_s = fleet.last_first_arrival().saturating_sub(ingest_started).as_secs_f64();
+    let mut ingest_us: Vec<u64> = accepted.iter().map(|a| report::micros(a.latency)).collect();
+    ingest_us.sort_unstable();
+    Ok(Report {
+        scenario: scenario.name(),
+        nodes: args.nodes,
+        connections: args.connections,
+        endpoints: specs.len(),
+        payload_bytes: args.payload_bytes,
+        events_offered: events,
+        accepted: accepted.len(),
+        not_accepted,
+        ingest_s,
+        accepted_per_s: accepted.len() as f64 / ingest_s,
+        ingest_latency_ms: Quantiles::of_sorted_us(&ingest_us),
+        deliveries_expected: expected.len(),
+        delivered,
+        delivery_s,
+        delivered_per_s: if delivery_s > 0.0 { delivered as f64 / delivery_s } else { 0.0 },
+        end_to_end_latency_ms: Quantiles::of_sorted_us(&fleet.latencies_us()),
+        duplicates,
+        lost: expected.len() - delivered,
+        unhealthy_requests: fleet.received_unhealthy.load(Ordering::Relaxed),
+        node_usage: usage(&before, &after, wall),
+        backlog,
+    })
 }
 
-/// Posts `args.events` events from `args.connections` tasks, each with its
-/// own keep-alive client. Returns the latencies of accepted events and the
-/// number of requests that failed or were not answered 202.
-async fn ingest(urls: &[String], args: &Args) -> Result<(Vec<Duration>, usize)> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::with_capacity(args.connections);
-    for connection in 0..args.connections {
-        let url = urls[connection % urls.len()].clone();
-        let client =
-            reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).pool_max_idle_per_host(1).build()?;
-        let (next, events, endpoints) = (next.clone(), args.events, args.endpoints);
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(events / 64 + 1);
-            let mut failures = 0usize;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= events {
-                    return (latencies, failures);
-                }
-                let body = json!({"type": format!("bench.{}", i % endpoints.max(1)), "payload": {"n": i}});
-                let started = Instant::now();
-                match client.post(&url).json(&body).send().await {
-                    Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => {
-                        // Read the body so the connection goes back to the pool.
-                        let _ = response.bytes().await;
-                        latencies.push(started.elapsed());
-                    }
-                    Ok(response) => {
-                        failures += 1;
-                        if failures <= 3 {
-                            let status = response.status();
-                            let text = response.text().await.unwrap_or_default();
-                            eprintln!("event {i}: {status} {text}");
-                        }
-                    }
-                    Err(error) => {
-                        failures += 1;
-                        if failures <= 3 {
-                            eprintln!("event {i}: {error}");
-                        }
-                    }
-                }
-            }
-        }));
+/// Reads the owner's memory with the backlog built, brings the endpoint
+/// back, and times the drain.
+async fn drain_backlog(
+    deployment: &Deployment,
+    fleet: &Fleet,
+    before: &[(u64, Option<procstat::Sample>)],
+    pending: usize,
+    args: &Args,
+    expected: usize,
+) -> BacklogFigures {
+    tokio::time::sleep(BACKLOG_SETTLE).await;
+    let built = deployment.samples();
+    let rss = |samples: &[(u64, Option<procstat::Sample>)]| samples.first().and_then(|(_, s)| *s).map(|s| s.rss_bytes);
+    let added = rss(&built).unwrap_or(0).saturating_sub(rss(before).unwrap_or(0)) as f64;
+    let per_pending = added / pending.max(1) as f64;
+    eprintln!("backlog built: {pending} pending, {:.0} MiB added; bringing the endpoint up", added / MIB);
+    let up = Instant::now();
+    fleet.bring_up();
+    // The breaker lets the next probe through only after its cooldown.
+    let deadline = Duration::from_secs(args.delivery_deadline_s);
+    wait_for_arrivals(fleet, 1, deadline).await;
+    let first = up.elapsed();
+    wait_for_arrivals(fleet, expected, deadline).await;
+    let drain_s = (up.elapsed() - first).as_secs_f64();
+    BacklogFigures {
+        pending,
+        rss_bytes_per_pending: per_pending,
+        rss_bytes_per_pending_beyond_payload: per_pending - args.payload_bytes as f64,
+        first_delivery_after_up_s: first.as_secs_f64(),
+        drain_s,
+        drained_per_s: pending as f64 / drain_s.max(f64::EPSILON),
     }
-    let mut latencies = Vec::with_capacity(args.events);
-    let mut failures = 0;
-    for task in tasks {
-        let (mut part, failed) = task.await.context("an ingest task panicked")?;
-        latencies.append(&mut part);
-        failures += failed;
-    }
-    Ok((latencies, failures))
 }
 
-/// The `q` quantile (0..=1) of sorted latencies, in milliseconds.
-fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+/// Waits until `expected` distinct deliveries reached healthy endpoints, or the deadline.
+async fn wait_for_arrivals(fleet: &Fleet, expected: usize, deadline: Duration) {
+    let started = Instant::now();
+    while fleet.distinct_and_duplicates().0 < expected && started.elapsed() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1000.0
+}
+
+async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fleet>, done: Arc<AtomicBool>) {
+    let (mut last_accepted, mut last_received) = (0, 0);
+    while !done.load(Ordering::Relaxed) {
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        let accepted = progress.accepted.load(Ordering::Relaxed);
+        let received = fleet.received.load(Ordering::Relaxed);
+        eprintln!(
+            "  t={:>5.1}s accepted {accepted} (+{}/s), delivered {received} (+{}/s), not accepted {}",
+            origin.elapsed().as_secs_f64(),
+            accepted - last_accepted,
+            received.saturating_sub(last_received),
+            progress.failed.load(Ordering::Relaxed),
+        );
+        (last_accepted, last_received) = (accepted, received);
+    }
+}
+
+fn usage(
+    before: &[(u64, Option<procstat::Sample>)],
+    after: &[(u64, Option<procstat::Sample>)],
+    wall: Duration,
+) -> Vec<NodeUsage> {
+    after
+        .iter()
+        .filter_map(|(id, sample)| {
+            let end = (*sample)?;
+            let start = before.iter().find(|(b, _)| b == id).and_then(|(_, s)| *s).unwrap_or_default();
+            let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
+            Some(NodeUsage {
+                node_id: *id,
+                rss_mib: end.rss_bytes as f64 / MIB,
+                rss_peak_mib: end.rss_peak_bytes as f64 / MIB,
+                cpu_s,
+                cpu_percent: 100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON),
+            })
+        })
+        .collect()
 }

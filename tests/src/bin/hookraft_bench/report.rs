@@ -1,0 +1,163 @@
+//! What one scenario run measured, as JSON (`--json`) and as a few lines
+//! for a human.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Latency quantiles in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Quantiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Quantiles {
+    /// From sorted samples in microseconds.
+    pub fn of_sorted_us(sorted: &[u64]) -> Self {
+        let at = |q: f64| quantile(sorted, q) as f64 / 1000.0;
+        Self { p50: at(0.50), p99: at(0.99), p999: at(0.999), max: at(1.0) }
+    }
+}
+
+/// The `q` quantile (0..=1) of sorted samples, nearest rank; 0 when empty.
+pub fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+pub fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// One node's resources over the measured phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeUsage {
+    pub node_id: u64,
+    pub rss_mib: f64,
+    pub rss_peak_mib: f64,
+    pub cpu_s: f64,
+    /// CPU time over wall time; 200 means both cores of this machine.
+    pub cpu_percent: f64,
+}
+
+/// The backlog scenario's own figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct BacklogFigures {
+    pub pending: usize,
+    /// Resident memory the backlog added to the owner, over pending deliveries.
+    pub rss_bytes_per_pending: f64,
+    /// The same, less the payload each pending delivery carries.
+    pub rss_bytes_per_pending_beyond_payload: f64,
+    /// From bringing the endpoint back to its first delivery: the breaker's
+    /// cooldown until its next probe.
+    pub first_delivery_after_up_s: f64,
+    /// From the first delivery to the last.
+    pub drain_s: f64,
+    pub drained_per_s: f64,
+}
+
+/// One scenario run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: &'static str,
+    pub nodes: u64,
+    pub connections: usize,
+    pub endpoints: usize,
+    pub payload_bytes: usize,
+    pub events_offered: usize,
+    pub accepted: usize,
+    pub not_accepted: u64,
+    pub ingest_s: f64,
+    pub accepted_per_s: f64,
+    pub ingest_latency_ms: Quantiles,
+    /// (endpoint, event) pairs that must arrive at a healthy endpoint.
+    pub deliveries_expected: usize,
+    pub delivered: usize,
+    /// From the first post to the last first arrival.
+    pub delivery_s: f64,
+    pub delivered_per_s: f64,
+    /// Receive time minus post time, first arrival of each delivery.
+    pub end_to_end_latency_ms: Quantiles,
+    /// Arrivals beyond the first of one (endpoint, event).
+    pub duplicates: u64,
+    /// Expected deliveries that never arrived before the deadline.
+    pub lost: usize,
+    /// Requests that reached the hanging and failing endpoints.
+    pub unhealthy_requests: u64,
+    pub node_usage: Vec<NodeUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<BacklogFigures>,
+}
+
+impl Report {
+    /// A few lines for a human.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let l = &self.ingest_latency_ms;
+        let _ = writeln!(
+            out,
+            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads",
+            self.scenario, self.nodes, self.connections, self.endpoints, self.payload_bytes
+        );
+        let _ = writeln!(
+            out,
+            "  ingest:    {} of {} accepted in {:.2} s = {:.0} events/s; latency p50 {:.1} p99 {:.1} p999 {:.1} max {:.1} ms",
+            self.accepted, self.events_offered, self.ingest_s, self.accepted_per_s, l.p50, l.p99, l.p999, l.max
+        );
+        let e = &self.end_to_end_latency_ms;
+        let _ = writeln!(
+            out,
+            "  delivery:  {} of {} delivered in {:.2} s = {:.0} delivered/s; end to end p50 {:.1} p99 {:.1} ms",
+            self.delivered, self.deliveries_expected, self.delivery_s, self.delivered_per_s, e.p50, e.p99
+        );
+        let _ = writeln!(
+            out,
+            "  integrity: lost {}, duplicates {}, not accepted {}, requests to unhealthy endpoints {}",
+            self.lost, self.duplicates, self.not_accepted, self.unhealthy_requests
+        );
+        for n in &self.node_usage {
+            let _ = writeln!(
+                out,
+                "  node {}:    rss {:.0} MiB (peak {:.0}), cpu {:.1} s = {:.0}%",
+                n.node_id, n.rss_mib, n.rss_peak_mib, n.cpu_s, n.cpu_percent
+            );
+        }
+        if let Some(b) = &self.backlog {
+            let _ = writeln!(
+                out,
+                "  backlog:   {} pending: {:.0} bytes each ({:.0} beyond the payload); first delivery {:.1} s after \
+             the endpoint came back (breaker cooldown), then drained in {:.1} s = {:.0}/s",
+                b.pending,
+                b.rss_bytes_per_pending,
+                b.rss_bytes_per_pending_beyond_payload,
+                b.first_delivery_after_up_s,
+                b.drain_s,
+                b.drained_per_s
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_use_the_nearest_rank() {
+        let samples: Vec<u64> = (1..=1000).collect();
+        assert_eq!(quantile(&samples, 0.5), 500);
+        assert_eq!(quantile(&samples, 0.99), 990);
+        assert_eq!(quantile(&samples, 0.999), 999);
+        assert_eq!(quantile(&samples, 1.0), 1000);
+        assert_eq!(quantile(&[], 0.99), 0);
+        assert_eq!(quantile(&[7], 0.0), 7);
+    }
+}

@@ -1,0 +1,145 @@
+//! The scenarios: which endpoints exist, what each event is and where it
+//! must arrive. Pure descriptions; `hookraft_bench.rs` runs them.
+
+use serde_json::{Value, json};
+
+/// The scenarios of `--scenario`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// 100 healthy endpoints, one event type each.
+    Throughput,
+    /// 99 healthy endpoints, one that hangs past its timeout, one that answers 500.
+    Isolation,
+    /// One endpoint that is down (503) while the backlog builds, then comes back.
+    Backlog,
+    /// 50 endpoints subscribed to every type: each event makes 50 deliveries.
+    FanOut,
+}
+
+/// Healthy endpoints of the throughput and isolation scenarios.
+const HEALTHY_ENDPOINTS: u32 = 100;
+/// Endpoints of the fan-out scenario.
+const FAN_OUT_ENDPOINTS: u32 = 50;
+/// Attempt timeout of the isolation scenario's hanging endpoint.
+pub const HANG_TIMEOUT_MS: u64 = 5_000;
+
+/// One endpoint to register: its path on the fleet and its settings.
+pub struct EndpointSpec {
+    /// `ok/3`, `hang/99`, …: the path on the fleet, and the fleet's index.
+    pub behaviour: &'static str,
+    pub index: u32,
+    pub settings: Value,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Throughput => "throughput",
+            Scenario::Isolation => "isolation",
+            Scenario::Backlog => "backlog",
+            Scenario::FanOut => "fan-out",
+        }
+    }
+
+    /// Events posted when `--events` is not given.
+    pub fn default_events(self) -> usize {
+        match self {
+            Scenario::Throughput | Scenario::Isolation => 60_000,
+            Scenario::Backlog => 1_000_000,
+            Scenario::FanOut => 2_000,
+        }
+    }
+
+    pub fn endpoints(self) -> Vec<EndpointSpec> {
+        let typed = |behaviour, index: u32, extra: Value| {
+            let mut settings = json!({"event_types": [format!("bench.{index}")], "max_in_flight": 64});
+            merge(&mut settings, extra);
+            EndpointSpec { behaviour, index, settings }
+        };
+        match self {
+            Scenario::Throughput => (0..HEALTHY_ENDPOINTS).map(|i| typed("ok", i, json!({}))).collect(),
+            Scenario::Isolation => {
+                let mut specs: Vec<EndpointSpec> =
+                    (0..HEALTHY_ENDPOINTS - 1).map(|i| typed("ok", i, json!({}))).collect();
+                let slow = json!({"timeout_ms": HANG_TIMEOUT_MS, "max_in_flight": 10});
+                specs.push(typed("hang", HEALTHY_ENDPOINTS - 1, slow));
+                specs.push(typed("fail", HEALTHY_ENDPOINTS, json!({"max_in_flight": 10})));
+                specs
+            }
+            Scenario::Backlog => {
+                // Retries stay short so the drain starts soon after the endpoint is back.
+                let retry = json!({"attempts_max": 100, "base_ms": 200, "cap_ms": 2_000, "max_age_s": 86_400});
+                vec![EndpointSpec {
+                    behaviour: "down",
+                    index: 0,
+                    settings: json!({"max_in_flight": 64, "retry": retry}),
+                }]
+            }
+            Scenario::FanOut => (0..FAN_OUT_ENDPOINTS)
+                .map(|i| EndpointSpec { behaviour: "ok", index: i, settings: json!({"max_in_flight": 64}) })
+                .collect(),
+        }
+    }
+
+    /// The event type of event `i`.
+    pub fn event_type(self) -> fn(usize) -> String {
+        match self {
+            Scenario::Throughput => |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize),
+            Scenario::Isolation => |i| format!("bench.{}", i % (HEALTHY_ENDPOINTS as usize + 1)),
+            Scenario::Backlog => |_| "bench.0".to_string(),
+            Scenario::FanOut => |_| "fan.out".to_string(),
+        }
+    }
+
+    /// The fleet indexes of the healthy endpoints event `i` must reach.
+    pub fn healthy_targets(self, i: usize) -> Vec<u32> {
+        match self {
+            Scenario::Throughput => vec![(i % HEALTHY_ENDPOINTS as usize) as u32],
+            Scenario::Isolation => {
+                let target = (i % (HEALTHY_ENDPOINTS as usize + 1)) as u32;
+                if target < HEALTHY_ENDPOINTS - 1 { vec![target] } else { Vec::new() }
+            }
+            Scenario::Backlog => vec![0],
+            Scenario::FanOut => (0..FAN_OUT_ENDPOINTS).collect(),
+        }
+    }
+}
+
+fn merge(into: &mut Value, extra: Value) {
+    if let (Some(into), Value::Object(extra)) = (into.as_object_mut(), extra) {
+        into.extend(extra);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_type_matches_exactly_its_targets_subscriptions() {
+        for scenario in [Scenario::Throughput, Scenario::Isolation, Scenario::Backlog, Scenario::FanOut] {
+            let specs = scenario.endpoints();
+            for i in 0..250 {
+                let event_type = (scenario.event_type())(i);
+                let subscribed: Vec<u32> = specs
+                    .iter()
+                    .filter(|s| s.behaviour == "ok" || s.behaviour == "down")
+                    .filter(|s| match s.settings["event_types"].as_array() {
+                        None => true,
+                        Some(types) => types.iter().any(|t| t == &Value::from(event_type.clone())),
+                    })
+                    .map(|s| s.index)
+                    .collect();
+                assert_eq!(subscribed, scenario.healthy_targets(i), "{} event {i}", scenario.name());
+            }
+        }
+    }
+
+    #[test]
+    fn isolation_has_one_hanging_and_one_failing_endpoint_beside_99_healthy() {
+        let specs = Scenario::Isolation.endpoints();
+        let count = |b| specs.iter().filter(|s| s.behaviour == b).count();
+        assert_eq!((count("ok"), count("hang"), count("fail")), (99, 1, 1));
+    }
+}
