@@ -58,6 +58,8 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long the backlog scenario lets the owner settle before reading its memory.
 const BACKLOG_SETTLE: Duration = Duration::from_secs(5);
 const MIB: f64 = 1024.0 * 1024.0;
+/// `hookraft serve`'s default `--lease-ms`.
+const PRODUCTION_LEASE_MS: u64 = 6_000;
 
 #[derive(Debug, Parser)]
 #[command(name = "hookraft-bench", about = "Throughput, latency, isolation and backlog figures of hookraft")]
@@ -149,9 +151,12 @@ impl Deployment {
         if nodes <= 1 {
             Deployment::Single(TestNode::start_with(node).await)
         } else {
-            Deployment::Cluster(
-                TestCluster::start_with(ClusterOptions { size: nodes, node, ..Default::default() }).await,
-            )
+            // The production lease, not the tests' short one, and the
+            // steady state: every node owns its share of the shards.
+            let options = ClusterOptions { size: nodes, node, lease_ms: PRODUCTION_LEASE_MS, ..Default::default() };
+            let cluster = TestCluster::start_with(options).await;
+            cluster.wait_settled().await;
+            Deployment::Cluster(cluster)
         }
     }
 
