@@ -19,13 +19,56 @@ const ULID_CHARS: usize = 26;
 pub type NodeId = u64;
 
 /// Encodes 128 bits as 26 characters of lowercase Crockford base32.
-fn encode_ulid(value: u128) -> String {
-    let mut out = [0u8; ULID_CHARS];
+fn encode_ulid(value: u128, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), ULID_CHARS);
     for (i, slot) in out.iter_mut().enumerate() {
         let shift = 5 * (ULID_CHARS - 1 - i);
         *slot = CROCKFORD[((value >> shift) & 0x1f) as usize];
     }
-    out.iter().map(|&b| b as char).collect()
+}
+
+/// Bytes of the longest id's text: a 4-byte prefix and the ULID.
+const ID_TEXT_BYTES_MAX: usize = 4 + ULID_CHARS;
+
+/// An id's text, inline: ids are copied into every delivery, index and
+/// timeline, and a heap string per copy cost an allocation and about 50
+/// bytes each (docs/benchmarks.md, the backlog scenario). Ordered like the
+/// text: ids of one kind have one length, and the unused tail is zero.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct IdText {
+    bytes: [u8; ID_TEXT_BYTES_MAX],
+    len: u8,
+}
+
+impl IdText {
+    fn new(prefix: &str, ulid: u128) -> Self {
+        assert!(prefix.len() + ULID_CHARS <= ID_TEXT_BYTES_MAX, "id prefix {prefix} is too long");
+        let mut bytes = [0u8; ID_TEXT_BYTES_MAX];
+        bytes[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        encode_ulid(ulid, &mut bytes[prefix.len()..prefix.len() + ULID_CHARS]);
+        Self { bytes, len: (prefix.len() + ULID_CHARS) as u8 }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("an id is ASCII by construction")
+    }
+}
+
+/// Deserializes an id from its text, validating it.
+struct IdVisitor<T> {
+    parse: fn(&str) -> Result<T, IdParseError>,
+}
+
+impl<T> serde::de::Visitor<'_> for IdVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a prefixed id")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+        (self.parse)(text).map_err(E::custom)
+    }
 }
 
 fn decode_ulid(text: &str) -> Option<u128> {
@@ -63,9 +106,20 @@ pub struct IdParseError {
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $kind:literal) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(IdText);
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                deserializer.deserialize_str(IdVisitor { parse: Self::parse })
+            }
+        }
 
         impl $name {
             /// The prefix every id of this kind starts with.
@@ -77,7 +131,7 @@ macro_rules! prefixed_id {
             }
 
             fn from_ulid(value: u128) -> Self {
-                Self(format!("{}{}", $prefix, encode_ulid(value)))
+                Self(IdText::new($prefix, value))
             }
 
             /// Parses an id, checking its prefix and body.
@@ -90,11 +144,11 @@ macro_rules! prefixed_id {
 
             /// The id as text, prefix included.
             pub fn as_str(&self) -> &str {
-                &self.0
+                self.0.as_str()
             }
 
             fn ulid(&self) -> u128 {
-                decode_ulid(&self.0[$prefix.len()..]).expect("ids are validated on construction")
+                decode_ulid(&self.as_str()[$prefix.len()..]).expect("ids are validated on construction")
             }
 
             /// Milliseconds since the epoch at which the id was created.
@@ -105,13 +159,13 @@ macro_rules! prefixed_id {
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(self.as_str())
             }
         }
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(self.as_str())
             }
         }
 
@@ -160,7 +214,7 @@ impl EndpointId {
     /// Stable across versions and platforms: it decides ownership.
     pub fn shard(&self) -> Shard {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in self.0.bytes() {
+        for byte in self.as_str().bytes() {
             hash ^= u64::from(byte);
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -204,6 +258,27 @@ mod tests {
         assert_ne!(DeliveryId::derive(&event, &a), DeliveryId::derive(&event, &b));
         assert!(DeliveryId::derive(&event, &a) < DeliveryId::derive(&later, &a));
         assert_eq!(DeliveryId::derive(&event, &a).created_at_ms(), 1_000);
+    }
+
+    #[test]
+    fn ids_serialize_as_their_text_and_refuse_invalid_text() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let id = DeliveryId::generate(42, &mut rng);
+        let json = serde_json::to_string(&id).expect("encodes");
+        assert_eq!(json, format!("\"{}\"", id.as_str()));
+        assert_eq!(serde_json::from_str::<DeliveryId>(&json).expect("decodes"), id);
+        assert!(serde_json::from_str::<DeliveryId>("\"dlv_nope\"").is_err());
+        assert!(serde_json::from_str::<EventId>(&json).is_err(), "a delivery id is not an event id");
+    }
+
+    #[test]
+    fn inline_ids_order_like_their_text() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut ids: Vec<EndpointId> = (0..200).map(|i| EndpointId::generate(i % 7, &mut rng)).collect();
+        let mut texts: Vec<String> = ids.iter().map(|id| id.as_str().to_string()).collect();
+        ids.sort();
+        texts.sort();
+        assert_eq!(ids.iter().map(EndpointId::as_str).collect::<Vec<_>>(), texts);
     }
 
     #[test]
