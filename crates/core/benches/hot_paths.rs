@@ -18,11 +18,10 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use hookraft_core::breaker::CircuitBreaker;
 use hookraft_core::command::{IngestResult, NewEvent, Outcome};
 use hookraft_core::ids::{EndpointId, EventId, NodeId, SHARD_COUNT};
 use hookraft_core::model::{AttemptRecord, Endpoint};
-use hookraft_core::retry::{Decision, RetryPolicy};
+use hookraft_core::retry::Decision;
 use hookraft_core::signing::{self, Secret};
 use hookraft_core::{ClusterState, Command, Response};
 use rand::SeedableRng;
@@ -52,23 +51,10 @@ fn event_type(n: usize) -> String {
 }
 
 fn endpoint(rng: &mut StdRng, n: usize) -> Endpoint {
-    Endpoint {
-        id: EndpointId::generate(NOW_MS, rng),
-        url: format!("https://hooks.example.com/{n}"),
-        description: None,
-        secret: Secret::generate(rng),
-        previous_secrets: Vec::new(),
-        event_types: Some(vec![event_type(n)]),
-        max_in_flight: 10,
-        rate_limit_per_s: None,
-        timeout_ms: 15_000,
-        retry: RetryPolicy::default(),
-        disabled: false,
-        disabled_reason: None,
-        breaker: CircuitBreaker::new(),
-        created_at_ms: NOW_MS,
-        updated_at_ms: NOW_MS,
-    }
+    let id = EndpointId::generate(NOW_MS, rng);
+    let mut endpoint = Endpoint::new(id, format!("https://hooks.example.com/{n}"), Secret::generate(rng), NOW_MS);
+    endpoint.event_types = Some(vec![event_type(n)]);
+    endpoint
 }
 
 /// Every shard granted to [`NODE`] and [`ENDPOINTS`] endpoints registered.

@@ -70,6 +70,29 @@ pub struct RetiredSecret {
 }
 
 impl Endpoint {
+    /// A new, enabled endpoint with every setting at its default: every
+    /// event type, [`MAX_IN_FLIGHT_DEFAULT`], [`TIMEOUT_MS_DEFAULT`], the
+    /// default retry policy, no rate limit, a closed breaker.
+    pub fn new(id: EndpointId, url: String, secret: Secret, now_ms: u64) -> Self {
+        Self {
+            id,
+            url,
+            description: None,
+            secret,
+            previous_secrets: Vec::new(),
+            event_types: None,
+            max_in_flight: MAX_IN_FLIGHT_DEFAULT,
+            rate_limit_per_s: None,
+            timeout_ms: TIMEOUT_MS_DEFAULT,
+            retry: RetryPolicy::default(),
+            disabled: false,
+            disabled_reason: None,
+            breaker: CircuitBreaker::new(),
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+        }
+    }
+
     /// The secrets that sign a request sent at `now_ms`: current first.
     pub fn signing_secrets(&self, now_ms: u64) -> Vec<&Secret> {
         std::iter::once(&self.secret)

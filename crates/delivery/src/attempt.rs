@@ -100,34 +100,22 @@ fn truncate_utf8(text: &str, max_bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hookraft_core::breaker::CircuitBreaker;
     use hookraft_core::ids::EndpointId;
     use hookraft_core::model::RetiredSecret;
-    use hookraft_core::retry::RetryPolicy;
     use hookraft_core::signing::{Secret, verify};
     use rand::SeedableRng;
 
     fn endpoint(now_ms: u64) -> Endpoint {
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        let id = EndpointId::generate(now_ms, &mut rng);
+        let secret = Secret::from_key(vec![1; 32]).unwrap();
         Endpoint {
-            id: EndpointId::generate(now_ms, &mut rng),
-            url: "https://example.com/h".into(),
-            description: None,
-            secret: Secret::from_key(vec![1; 32]).unwrap(),
             previous_secrets: vec![RetiredSecret {
                 secret: Secret::from_key(vec![2; 32]).unwrap(),
                 expires_at_ms: now_ms + 1,
             }],
-            event_types: None,
-            max_in_flight: 10,
-            rate_limit_per_s: None,
             timeout_ms: 1_500,
-            retry: RetryPolicy::default(),
-            disabled: false,
-            disabled_reason: None,
-            breaker: CircuitBreaker::new(),
-            created_at_ms: now_ms,
-            updated_at_ms: now_ms,
+            ..Endpoint::new(id, "https://example.com/h".into(), secret, now_ms)
         }
     }
 

@@ -13,11 +13,10 @@
 //! (quicker: append `-- --warm-up-time 1 --measurement-time 3`).
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use hookraft_core::breaker::CircuitBreaker;
 use hookraft_core::command::{NewEvent, Outcome};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId, SHARD_COUNT};
 use hookraft_core::model::{AttemptRecord, DeliveryState, Endpoint};
-use hookraft_core::retry::{Decision, RetryPolicy};
+use hookraft_core::retry::Decision;
 use hookraft_core::signing::Secret;
 use hookraft_raft::{Command, Entry, EntryPayload, LogId, MemDisk, NodeId, Response, StateMachineStore};
 use openraft::storage::RaftStateMachine;
@@ -43,23 +42,10 @@ fn payload(n: usize) -> String {
 }
 
 fn endpoint(rng: &mut StdRng, n: usize) -> Endpoint {
-    Endpoint {
-        id: EndpointId::generate(NOW_MS, rng),
-        url: format!("https://hooks.example.com/{n}"),
-        description: None,
-        secret: Secret::generate(rng),
-        previous_secrets: Vec::new(),
-        event_types: Some(vec![format!("type.{n}")]),
-        max_in_flight: 10,
-        rate_limit_per_s: None,
-        timeout_ms: 15_000,
-        retry: RetryPolicy::default(),
-        disabled: false,
-        disabled_reason: None,
-        breaker: CircuitBreaker::new(),
-        created_at_ms: NOW_MS,
-        updated_at_ms: NOW_MS,
-    }
+    let id = EndpointId::generate(NOW_MS, rng);
+    let mut endpoint = Endpoint::new(id, format!("https://hooks.example.com/{n}"), Secret::generate(rng), NOW_MS);
+    endpoint.event_types = Some(vec![format!("type.{n}")]);
+    endpoint
 }
 
 fn new_event(rng: &mut StdRng, n: usize, now_ms: u64) -> NewEvent {

@@ -8,7 +8,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use hookraft_core::breaker::CircuitBreaker;
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, EndpointPatch, ReplayTarget, Response};
 use hookraft_core::ids::EndpointId;
@@ -61,22 +60,15 @@ async fn create(
         None => ctx.with_rng(Secret::generate),
     };
     let now_ms = ctx.clock.wall_ms();
+    let id = ctx.with_rng(|rng| EndpointId::generate(now_ms, rng));
     let endpoint = Endpoint {
-        id: ctx.with_rng(|rng| EndpointId::generate(now_ms, rng)),
-        url,
         description: body.description,
-        secret,
-        previous_secrets: vec![],
         event_types: body.event_types,
         max_in_flight: validate::max_in_flight(body.max_in_flight.unwrap_or(MAX_IN_FLIGHT_DEFAULT))?,
         rate_limit_per_s: body.rate_limit_per_s.map(validate::rate_limit).transpose()?,
         timeout_ms: validate::timeout_ms(body.timeout_ms.unwrap_or(TIMEOUT_MS_DEFAULT))?,
         retry: body.retry.unwrap_or_default().into_policy()?,
-        disabled: false,
-        disabled_reason: None,
-        breaker: CircuitBreaker::new(),
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
+        ..Endpoint::new(id, url, secret, now_ms)
     };
     let id = endpoint.id.clone();
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;

@@ -2,10 +2,9 @@
 //! replay, and determinism across replicas.
 
 use super::*;
-use crate::breaker::CircuitBreaker;
 use crate::command::{EndpointPatch, IngestResult, NewEvent, Outcome, ReplayTarget};
 use crate::model::{AttemptRecord, DeliveryState, TimelineEntry};
-use crate::retry::{Decision, RetryPolicy};
+use crate::retry::Decision;
 use crate::signing::Secret;
 use proptest::prelude::*;
 use rand::SeedableRng;
@@ -14,23 +13,11 @@ use rand::rngs::StdRng;
 const NODE: NodeId = 1;
 
 fn endpoint(rng: &mut StdRng, event_types: Option<&[&str]>) -> Endpoint {
-    Endpoint {
-        id: EndpointId::generate(1_000, rng),
-        url: "https://example.com/hook".into(),
-        description: None,
-        secret: Secret::from_key(vec![7; 32]).unwrap(),
-        previous_secrets: vec![],
-        event_types: event_types.map(|t| t.iter().map(|s| s.to_string()).collect()),
-        max_in_flight: 10,
-        rate_limit_per_s: None,
-        timeout_ms: 15_000,
-        retry: RetryPolicy::default(),
-        disabled: false,
-        disabled_reason: None,
-        breaker: CircuitBreaker::new(),
-        created_at_ms: 1_000,
-        updated_at_ms: 1_000,
-    }
+    let secret = Secret::from_key(vec![7; 32]).unwrap();
+    let mut endpoint =
+        Endpoint::new(EndpointId::generate(1_000, rng), "https://example.com/hook".into(), secret, 1_000);
+    endpoint.event_types = event_types.map(|t| t.iter().map(|s| s.to_string()).collect());
+    endpoint
 }
 
 fn event(rng: &mut StdRng, event_type: &str, key: Option<&str>, targets: Option<Vec<EndpointId>>) -> NewEvent {
