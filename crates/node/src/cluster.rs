@@ -35,9 +35,28 @@ pub enum LocalWrite {
     Failed(ProposeError),
 }
 
-/// Commits on the local Raft if it leads; says who leads otherwise.
+/// How long a write on the local Raft may take before it is reported failed.
+///
+/// openraft 0.9 can leave a `client_write` unanswered for good: a leader
+/// that stalls with writes pending, loses leadership, and then catches up by
+/// installing a snapshot never applies those indexes itself, nor truncates
+/// them, which are the only two ways it answers a pending write. Without this
+/// bound the log writer, and every heartbeat behind it, waited forever (found
+/// by the chaos run: a leader paused past its lease never became live again).
+pub const LOCAL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Commits on the local Raft if it leads; says who leads otherwise. A write
+/// not answered within [`LOCAL_WRITE_TIMEOUT`] fails; it may still commit,
+/// so callers retry only what is safe to apply twice.
 pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
-    match raft.client_write(command).await {
+    let Ok(written) = tokio::time::timeout(LOCAL_WRITE_TIMEOUT, raft.client_write(command)).await else {
+        tracing::warn!(timeout = ?LOCAL_WRITE_TIMEOUT, "a local raft write was not answered in time");
+        return LocalWrite::Failed(ProposeError::Other(format!(
+            "the write was not answered within {} s; it may still commit",
+            LOCAL_WRITE_TIMEOUT.as_secs()
+        )));
+    };
+    match written {
         Ok(written) => LocalWrite::Applied(Committed { response: written.data, log_index: written.log_id.index }),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
             LocalWrite::NotLeader { leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)) }
