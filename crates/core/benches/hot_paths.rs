@@ -17,45 +17,21 @@
 
 use std::hint::black_box;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use hookraft_core::command::{IngestResult, NewEvent, Outcome};
-use hookraft_core::ids::{EndpointId, EventId, NodeId, SHARD_COUNT};
-use hookraft_core::model::{AttemptRecord, Endpoint};
-use hookraft_core::retry::Decision;
+use criterion::measurement::WallTime;
+use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use hookraft_core::command::IngestResult;
+use hookraft_core::ids::{EventId, SHARD_COUNT};
 use hookraft_core::signing::{self, Secret};
 use hookraft_core::{ClusterState, Command, Response};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-/// Bytes of every request body and event payload.
-const PAYLOAD_BYTES: usize = 200;
-const ENDPOINTS: usize = 100;
+mod fixtures;
+use fixtures::{ENDPOINTS, NODE, NOW_MS, delivered, endpoint, new_event, payload};
+
 const INGEST_BATCH: usize = 1_024;
 const OUTCOME_BATCH: usize = 256;
-/// The node that owns every shard and reports the outcomes.
-const NODE: NodeId = 1;
-const NOW_MS: u64 = 1_700_000_000_000;
 const NOW_S: u64 = NOW_MS / 1_000;
-
-/// A JSON object of exactly [`PAYLOAD_BYTES`] bytes, distinct per `n`.
-fn payload(n: usize) -> String {
-    let head = format!(r#"{{"id":"inv_{n:08}","type":"invoice.paid","amount":4200,"currency":"eur","note":""#);
-    let tail = r#""}"#;
-    let body = format!("{head}{}{tail}", "x".repeat(PAYLOAD_BYTES - head.len() - tail.len()));
-    debug_assert_eq!(body.len(), PAYLOAD_BYTES);
-    body
-}
-
-fn event_type(n: usize) -> String {
-    format!("type.{n}")
-}
-
-fn endpoint(rng: &mut StdRng, n: usize) -> Endpoint {
-    let id = EndpointId::generate(NOW_MS, rng);
-    let mut endpoint = Endpoint::new(id, format!("https://hooks.example.com/{n}"), Secret::generate(rng), NOW_MS);
-    endpoint.event_types = Some(vec![event_type(n)]);
-    endpoint
-}
 
 /// Every shard granted to [`NODE`] and [`ENDPOINTS`] endpoints registered.
 fn state_with_endpoints(rng: &mut StdRng) -> ClusterState {
@@ -71,47 +47,14 @@ fn state_with_endpoints(rng: &mut StdRng) -> ClusterState {
 
 /// A batch of `count` events, spread round-robin over the endpoints' types.
 fn ingest_command(rng: &mut StdRng, count: usize, now_ms: u64) -> Command {
-    let events = (0..count)
-        .map(|n| NewEvent {
-            id: EventId::generate(now_ms, rng),
-            event_type: event_type(n % ENDPOINTS),
-            payload: payload(n),
-            idempotency_key: Some(format!("idem-{now_ms}-{n}")),
-            endpoint_ids: None,
-        })
-        .collect();
+    let events = (0..count).map(|n| new_event(rng, n, now_ms)).collect();
     Command::IngestEvents { now_ms, events }
 }
 
-/// A successful attempt of each of the first `count` active deliveries,
-/// under its shard's current grant.
+/// A successful attempt of each of the first `count` active deliveries.
 fn delivered_outcomes(state: &ClusterState, count: usize, now_ms: u64) -> Command {
-    let outcomes = state
-        .active
-        .values()
-        .flatten()
-        .take(count)
-        .map(|delivery_id| {
-            let endpoint_id = &state.deliveries[delivery_id].endpoint_id;
-            let token = state.grant_for(endpoint_id).token;
-            Outcome {
-                delivery_id: delivery_id.clone(),
-                shard: endpoint_id.shard(),
-                token,
-                attempt: AttemptRecord {
-                    node_id: NODE,
-                    fencing_token: token,
-                    started_at_ms: now_ms - 40,
-                    latency_ms: 40,
-                    status_code: Some(200),
-                    error: None,
-                    response_excerpt: Some(r#"{"ok":true}"#.to_owned()),
-                },
-                decision: Decision::Delivered,
-                breaker: None,
-            }
-        })
-        .collect::<Vec<_>>();
+    let outcomes =
+        state.active.values().flatten().take(count).map(|id| delivered(state, id, now_ms)).collect::<Vec<_>>();
     assert_eq!(outcomes.len(), count, "not enough active deliveries");
     Command::RecordOutcomes { node_id: NODE, now_ms, outcomes }
 }
@@ -162,30 +105,31 @@ fn bench_apply(c: &mut Criterion) {
     assert_eq!(ingested.clone().apply(&outcomes), expected);
 
     let mut group = c.benchmark_group("apply");
-    // Returning the state moves its drop out of the timed section.
-    group.throughput(Throughput::Elements(INGEST_BATCH as u64));
-    group.bench_function("ingest_1024_events", |b| {
-        b.iter_batched(
-            || endpoints_only.clone(),
-            |mut state| {
-                let response = state.apply(black_box(&ingest));
-                (state, response)
-            },
-            BatchSize::LargeInput,
-        )
-    });
-    group.throughput(Throughput::Elements(OUTCOME_BATCH as u64));
-    group.bench_function("record_256_outcomes", |b| {
-        b.iter_batched(
-            || ingested.clone(),
-            |mut state| {
-                let response = state.apply(black_box(&outcomes));
-                (state, response)
-            },
-            BatchSize::LargeInput,
-        )
-    });
+    apply_on_a_clone(&mut group, "ingest_1024_events", INGEST_BATCH, &endpoints_only, &ingest);
+    apply_on_a_clone(&mut group, "record_256_outcomes", OUTCOME_BATCH, &ingested, &outcomes);
     group.finish();
+}
+
+/// Times `state.apply(command)` on a fresh clone of `state` per iteration
+/// (cloned outside the timing; returning the state moves its drop out too).
+fn apply_on_a_clone(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    elements: usize,
+    state: &ClusterState,
+    command: &Command,
+) {
+    group.throughput(Throughput::Elements(elements as u64));
+    group.bench_function(name, |b| {
+        b.iter_batched(
+            || state.clone(),
+            |mut state| {
+                let response = state.apply(black_box(command));
+                (state, response)
+            },
+            BatchSize::LargeInput,
+        )
+    });
 }
 
 criterion_group!(benches, bench_signing, bench_apply);

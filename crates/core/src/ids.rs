@@ -27,30 +27,23 @@ fn encode_ulid(value: u128, out: &mut [u8]) {
     }
 }
 
-/// Bytes of the longest id's text: a 4-byte prefix and the ULID.
-const ID_TEXT_BYTES_MAX: usize = 4 + ULID_CHARS;
-
 /// An id's text, inline: ids are copied into every delivery, index and
 /// timeline, and a heap string per copy cost an allocation and about 50
-/// bytes each (docs/benchmarks.md, the backlog scenario). Ordered like the
-/// text: ids of one kind have one length, and the unused tail is zero.
+/// bytes each (docs/benchmarks.md, the backlog scenario). `N` is the prefix
+/// plus the ULID, fixed per kind of id, so the bytes order like the text.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct IdText {
-    bytes: [u8; ID_TEXT_BYTES_MAX],
-    len: u8,
-}
+struct IdText<const N: usize>([u8; N]);
 
-impl IdText {
+impl<const N: usize> IdText<N> {
     fn new(prefix: &str, ulid: u128) -> Self {
-        assert!(prefix.len() + ULID_CHARS <= ID_TEXT_BYTES_MAX, "id prefix {prefix} is too long");
-        let mut bytes = [0u8; ID_TEXT_BYTES_MAX];
+        let mut bytes = [0u8; N];
         bytes[..prefix.len()].copy_from_slice(prefix.as_bytes());
-        encode_ulid(ulid, &mut bytes[prefix.len()..prefix.len() + ULID_CHARS]);
-        Self { bytes, len: (prefix.len() + ULID_CHARS) as u8 }
+        encode_ulid(ulid, &mut bytes[prefix.len()..]);
+        Self(bytes)
     }
 
     fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("an id is ASCII by construction")
+        std::str::from_utf8(&self.0).expect("an id is ASCII by construction")
     }
 }
 
@@ -107,7 +100,7 @@ macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $kind:literal) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(IdText);
+        pub struct $name(IdText<{ $prefix.len() + ULID_CHARS }>);
 
         impl Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

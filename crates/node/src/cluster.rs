@@ -46,8 +46,8 @@ pub enum LocalWrite {
 pub const LOCAL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Commits on the local Raft if it leads; says who leads otherwise. A write
-/// not answered within [`LOCAL_WRITE_TIMEOUT`] fails; it may still commit,
-/// so callers retry only what is safe to apply twice.
+/// not answered within [`LOCAL_WRITE_TIMEOUT`] fails but may still commit,
+/// like a forward that timed out (docs/DESIGN-NOTES.md, note 13).
 pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
     let Ok(written) = tokio::time::timeout(LOCAL_WRITE_TIMEOUT, raft.client_write(command)).await else {
         tracing::warn!(timeout = ?LOCAL_WRITE_TIMEOUT, "a local raft write was not answered in time");

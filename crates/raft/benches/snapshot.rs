@@ -13,69 +13,23 @@
 //! (quicker: append `-- --warm-up-time 1 --measurement-time 3`).
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use hookraft_core::command::{NewEvent, Outcome};
-use hookraft_core::ids::{DeliveryId, EndpointId, EventId, SHARD_COUNT};
-use hookraft_core::model::{AttemptRecord, DeliveryState, Endpoint};
-use hookraft_core::retry::Decision;
-use hookraft_core::signing::Secret;
-use hookraft_raft::{Command, Entry, EntryPayload, LogId, MemDisk, NodeId, Response, StateMachineStore};
+use hookraft_core::command::Outcome;
+use hookraft_core::ids::SHARD_COUNT;
+use hookraft_core::model::DeliveryState;
+use hookraft_raft::{Command, Entry, EntryPayload, LogId, MemDisk, Response, StateMachineStore};
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, RaftSnapshotBuilder};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::runtime::Runtime;
 
-const ENDPOINTS: usize = 100;
+#[path = "../../core/benches/fixtures/mod.rs"]
+mod fixtures;
+use fixtures::{ENDPOINTS, NODE, NOW_MS, delivered, endpoint, new_event};
+
 const EVENTS: usize = 10_000;
 /// Events per `IngestEvents` entry, and outcomes per `RecordOutcomes` entry.
 const BATCH: usize = 500;
-const PAYLOAD_BYTES: usize = 200;
-/// The leader, which owns every shard.
-const NODE: NodeId = 1;
-const NOW_MS: u64 = 1_700_000_000_000;
-
-/// A JSON object of exactly [`PAYLOAD_BYTES`] bytes, distinct per `n`.
-fn payload(n: usize) -> String {
-    let head = format!(r#"{{"id":"inv_{n:08}","type":"invoice.paid","amount":4200,"note":""#);
-    let tail = r#""}"#;
-    format!("{head}{}{tail}", "x".repeat(PAYLOAD_BYTES - head.len() - tail.len()))
-}
-
-fn endpoint(rng: &mut StdRng, n: usize) -> Endpoint {
-    let id = EndpointId::generate(NOW_MS, rng);
-    let mut endpoint = Endpoint::new(id, format!("https://hooks.example.com/{n}"), Secret::generate(rng), NOW_MS);
-    endpoint.event_types = Some(vec![format!("type.{n}")]);
-    endpoint
-}
-
-fn new_event(rng: &mut StdRng, n: usize, now_ms: u64) -> NewEvent {
-    NewEvent {
-        id: EventId::generate(now_ms, rng),
-        event_type: format!("type.{}", n % ENDPOINTS),
-        payload: payload(n),
-        idempotency_key: Some(format!("idem-{n}")),
-        endpoint_ids: None,
-    }
-}
-
-fn delivered(delivery_id: &DeliveryId, endpoint_id: &EndpointId, token: u64) -> Outcome {
-    Outcome {
-        delivery_id: delivery_id.clone(),
-        shard: endpoint_id.shard(),
-        token,
-        attempt: AttemptRecord {
-            node_id: NODE,
-            fencing_token: token,
-            started_at_ms: NOW_MS + 1_000,
-            latency_ms: 40,
-            status_code: Some(200),
-            error: None,
-            response_excerpt: Some(r#"{"ok":true}"#.to_owned()),
-        },
-        decision: Decision::Delivered,
-        breaker: None,
-    }
-}
 
 /// Appends `commands` to the store as committed log entries after the last
 /// applied one, and checks that none was refused.
@@ -114,22 +68,14 @@ fn loaded_store(rt: &Runtime) -> StateMachineStore {
         .collect();
     commit(rt, &mut store, ingests);
 
+    let now_ms = NOW_MS + 2_000;
     let outcomes: Vec<Outcome> = {
         let state = handle.read();
-        state
-            .active
-            .values()
-            .flatten()
-            .step_by(2)
-            .map(|id| {
-                let endpoint_id = &state.deliveries[id].endpoint_id;
-                delivered(id, endpoint_id, state.grant_for(endpoint_id).token)
-            })
-            .collect()
+        state.active.values().flatten().step_by(2).map(|id| delivered(&state, id, now_ms)).collect()
     };
     let records = outcomes
         .chunks(BATCH)
-        .map(|batch| Command::RecordOutcomes { node_id: NODE, now_ms: NOW_MS + 2_000, outcomes: batch.to_vec() })
+        .map(|batch| Command::RecordOutcomes { node_id: NODE, now_ms, outcomes: batch.to_vec() })
         .collect();
     commit(rt, &mut store, records);
 

@@ -44,9 +44,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use clap::Parser;
-use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, register_endpoint};
+use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_hookraft_binary, register_endpoint};
 
 use fleet::Fleet;
 use load::{Load, Progress};
@@ -86,7 +86,7 @@ struct Args {
     #[arg(long, default_value_t = 900)]
     delivery_deadline_s: u64,
     /// The hookraft binary [default: `hookraft` beside this executable].
-    #[arg(long, env = "HOOKRAFT_BIN")]
+    #[arg(long)]
     bin: Option<PathBuf>,
 }
 
@@ -96,7 +96,7 @@ async fn main() -> Result<ExitCode> {
     ensure!(args.connections > 0 && args.nodes > 0, "connections and nodes must be positive");
     let bin = match args.bin.clone() {
         Some(bin) => bin,
-        None => default_binary()?,
+        None => locate_hookraft_binary(),
     };
     ensure!(
         bin.is_file(),
@@ -130,13 +130,6 @@ async fn main() -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `hookraft` in the directory of this executable.
-fn default_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locate the bench executable")?;
-    let dir = exe.parent().context("the bench executable has no directory")?;
-    Ok(dir.join(format!("hookraft{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// The nodes under test; dropping it stops them.
@@ -235,7 +228,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let after = deployment.samples();
 
     let delivered = fleet.arrived_among(expected.iter().copied());
-    let (_, duplicates) = fleet.distinct_and_duplicates();
+    let duplicates = fleet.duplicates();
     let delivery_s = fleet.last_first_arrival().saturating_sub(ingest_started).as_secs_f64();
     let mut ingest_us: Vec<u64> = accepted.iter().map(|a| report::micros(a.latency)).collect();
     ingest_us.sort_unstable();
@@ -301,7 +294,7 @@ async fn drain_backlog(
 /// Waits until `expected` distinct deliveries reached healthy endpoints, or the deadline.
 async fn wait_for_arrivals(fleet: &Fleet, expected: usize, deadline: Duration) {
     let started = Instant::now();
-    while fleet.distinct_and_duplicates().0 < expected && started.elapsed() < deadline {
+    while fleet.distinct() < expected && started.elapsed() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

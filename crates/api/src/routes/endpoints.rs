@@ -68,9 +68,8 @@ async fn create(
         rate_limit_per_s: body.rate_limit_per_s.map(validate::rate_limit).transpose()?,
         timeout_ms: validate::timeout_ms(body.timeout_ms.unwrap_or(TIMEOUT_MS_DEFAULT))?,
         retry: body.retry.unwrap_or_default().into_policy()?,
-        ..Endpoint::new(id, url, secret, now_ms)
+        ..Endpoint::new(id.clone(), url, secret, now_ms)
     };
-    let id = endpoint.id.clone();
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
     Ok((StatusCode::CREATED, axum::Json(endpoint_view(&ctx, &id)?)))
 }

@@ -87,11 +87,14 @@ impl Fleet {
             .count()
     }
 
-    /// Distinct (endpoint, event) pairs that arrived, and arrivals beyond the first.
-    pub fn distinct_and_duplicates(&self) -> (usize, u64) {
-        let seen = self.seen();
-        let extra = seen.per_delivery.values().map(|&n| u64::from(n.saturating_sub(1))).sum();
-        (seen.per_delivery.len(), extra)
+    /// Distinct (endpoint, event) pairs that arrived. Cheap: polled while waiting.
+    pub fn distinct(&self) -> usize {
+        self.seen().per_delivery.len()
+    }
+
+    /// Arrivals beyond the first of one (endpoint, event); walks every pair.
+    pub fn duplicates(&self) -> u64 {
+        self.seen().per_delivery.values().map(|&n| u64::from(n.saturating_sub(1))).sum()
     }
 
     /// Takes the latency samples so far, sorted, in microseconds.
