@@ -115,10 +115,16 @@ impl Cluster {
 
     /// A copy of node `id`'s replicated state and its last applied index.
     pub fn state(&self, id: NodeId) -> Option<(ClusterState, u64)> {
+        self.with_state(id, |state, applied| (state.clone(), applied))
+    }
+
+    /// Looks at node `id`'s replicated state and last applied index without
+    /// copying it (the driver polls it every few hundred virtual ms).
+    pub fn with_state<R>(&self, id: NodeId, look: impl FnOnce(&ClusterState, u64) -> R) -> Option<R> {
         let handle = self.nodes.get(&id)?.handle.as_ref()?;
         let state = handle.state.read();
         let applied = state.last_applied().map(|l| l.index).unwrap_or(0);
-        Some(((*state).clone(), applied))
+        Some(look(&state, applied))
     }
 
     /// Node `id`'s HTTP API, callable without a socket (see [`call`]).

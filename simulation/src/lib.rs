@@ -41,6 +41,9 @@ pub enum Break {
 }
 
 /// Runs one seed to completion on a fresh single-threaded runtime.
+///
+/// The deliberate bug (`broken`) is process-wide and stays set after the
+/// run: seeds running at once on several threads must all ask for the same.
 pub fn run(options: Options, broken: Option<Break>) -> anyhow::Result<Report> {
     hookraft_raft::seed_thread_rng(options.seed);
     set_break(broken)?;
@@ -51,7 +54,6 @@ pub fn run(options: Options, broken: Option<Break>) -> anyhow::Result<Report> {
     let runtime = builder.build()?;
     let report = runtime.block_on(world::run(options));
     runtime.shutdown_background();
-    let _ = set_break(None);
     report
 }
 

@@ -4,6 +4,8 @@
 //! simulator itself crashed (a panic or an error building the run).
 
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
@@ -22,6 +24,9 @@ struct Args {
     /// First seed of a sweep (default: a random one, printed).
     #[arg(long, requires = "seeds")]
     from: Option<u64>,
+    /// Seeds run at once in a sweep, one thread each (default: one per core).
+    #[arg(long, requires = "seeds")]
+    jobs: Option<usize>,
     /// Print the run's trace.
     #[arg(long)]
     trace: bool,
@@ -105,8 +110,8 @@ fn main() -> ExitCode {
                 Some(Kind::Liveness) => "liveness",
             };
             println!(
-                "acked={} sends={} faults={:?} trace_lines={}",
-                report.acked, report.sends, report.faults, report.trace_lines
+                "acked={} sends={} faults={:?} trace_lines={} virtual_ms={}",
+                report.acked, report.sends, report.faults, report.trace_lines, report.virtual_ms
             );
             println!("seed={seed} verdict={verdict} digest={}", report.digest);
             match report.worst() {
@@ -120,39 +125,66 @@ fn main() -> ExitCode {
     }
 }
 
+/// What one seed of a sweep came to: `None` when ok, else its exit code
+/// and a line saying why; and the virtual time it covered.
+fn verdict(args: &Args, seed: u64) -> (Option<(u8, String)>, u64) {
+    match run_seed(args, seed) {
+        Err(crash) => (Some((EXIT_CRASH, format!("seed={seed} verdict=crash error={crash}"))), 0),
+        Ok(report) => {
+            let failure = report.worst().map(|kind| {
+                let first = &report.violations[0];
+                let code = if kind == Kind::Safety { EXIT_SAFETY } else { EXIT_LIVENESS };
+                (code, format!("seed={seed} verdict={kind:?} [{}] {}", first.checker, first.detail))
+            });
+            (failure, report.virtual_ms)
+        }
+    }
+}
+
+/// Runs `count` seeds from a start, `jobs` at a time: every seed is its own
+/// single-threaded runtime, so seeds on different threads share nothing and
+/// each replays alone to the same digest.
 fn sweep(args: &Args, count: u64) -> ExitCode {
     #[allow(clippy::disallowed_methods)] // the sweep's start is the one non-reproducible choice, and it is printed
     let start = args.from.unwrap_or_else(|| rand::random::<u32>() as u64);
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     #[allow(clippy::disallowed_methods)] // wall time only to report seeds per minute
     let began = Instant::now();
-    println!("sweeping {count} seeds from {start}");
-    let (mut ok, mut worst) = (0u64, None::<u8>);
-    let mut violations = 0u64;
-    for seed in start..start + count {
-        let code = match run_seed(args, seed) {
-            Err(crash) => {
-                println!("seed={seed} verdict=crash error={crash}");
-                Some(EXIT_CRASH)
-            }
-            Ok(report) => match report.worst() {
-                None => None,
-                Some(kind) => {
-                    let first = &report.violations[0];
-                    println!("seed={seed} verdict={kind:?} [{}] {}", first.checker, first.detail);
-                    Some(if kind == Kind::Safety { EXIT_SAFETY } else { EXIT_LIVENESS })
+    println!("sweeping {count} seeds from {start} on {jobs} threads");
+    let next = AtomicU64::new(start);
+    let end = start + count;
+    let failures = Mutex::new(Vec::new());
+    let virtual_ms = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        break;
+                    }
+                    let (failure, covered_ms) = verdict(args, seed);
+                    virtual_ms.fetch_add(covered_ms, Ordering::Relaxed);
+                    if let Some((code, line)) = failure {
+                        println!("{line}");
+                        println!("replay: {}", replay_command(args, seed));
+                        failures.lock().unwrap_or_else(|p| p.into_inner()).push((seed, code));
+                    }
                 }
-            },
-        };
-        match code {
-            None => ok += 1,
-            Some(code) => {
-                violations += 1;
-                println!("replay: {}", replay_command(args, seed));
-                worst = Some(worst.map_or(code, |w: u8| w.min(code)));
-            }
+            });
         }
-    }
-    let minutes = began.elapsed().as_secs_f64() / 60.0;
-    println!("seeds={count} ok={ok} violations={violations} seeds_per_min={:.1}", count as f64 / minutes.max(1e-9));
-    worst.map_or(ExitCode::SUCCESS, ExitCode::from)
+    });
+    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    let violations = failures.len() as u64;
+    let wall = began.elapsed().as_secs_f64().max(1e-9);
+    let virtual_s = virtual_ms.into_inner() as f64 / 1000.0;
+    println!(
+        "seeds={count} ok={} violations={violations} seeds_per_min={:.1} virtual_s_per_seed={:.1} virtual_to_wall={:.0}",
+        count - violations,
+        count as f64 / (wall / 60.0),
+        virtual_s / count.max(1) as f64,
+        virtual_s / wall,
+    );
+    // The worst failure decides the exit code: safety, then liveness, then crash.
+    failures.iter().map(|(_, code)| *code).min().map_or(ExitCode::SUCCESS, ExitCode::from)
 }

@@ -59,6 +59,8 @@ pub struct Report {
     pub sends: usize,
     pub faults: BTreeMap<&'static str, u32>,
     pub trace_lines: u64,
+    /// Virtual time the run took, formation to checks.
+    pub virtual_ms: u64,
 }
 
 impl Report {
@@ -105,13 +107,16 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
 
     // Formation: a leader, and every shard granted.
     let formed = wait_until(FORMATION_MS, || {
-        cluster.leader().and_then(|l| cluster.state(l)).is_some_and(|(s, _)| s.shards.iter().all(|g| g.owner.is_some()))
+        cluster
+            .leader()
+            .and_then(|l| cluster.with_state(l, |s, _| s.shards.iter().all(|g| g.owner.is_some())))
+            .unwrap_or(false)
     })
     .await;
     if !formed {
         let violation =
             Violation::liveness("formation", format!("no leader with every shard granted after {FORMATION_MS} ms"));
-        return Ok(finish(options.seed, &trace, vec![violation], 0, 0, BTreeMap::new()));
+        return Ok(finish(options.seed, &trace, vec![violation], 0, 0, BTreeMap::new(), elapsed_ms(origin)));
     }
 
     let mut workload = Workload::new(rng.random(), trace.clone());
@@ -173,7 +178,15 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             handle.crash().await;
         }
     }
-    Ok(finish(options.seed, &trace, violations, ledger.acked.len(), sends.len(), faults.injected.clone()))
+    Ok(finish(
+        options.seed,
+        &trace,
+        violations,
+        ledger.acked.len(),
+        sends.len(),
+        faults.injected.clone(),
+        elapsed_ms(origin),
+    ))
 }
 
 fn finish(
@@ -183,11 +196,12 @@ fn finish(
     acked: usize,
     sends: usize,
     faults: BTreeMap<&'static str, u32>,
+    virtual_ms: u64,
 ) -> Report {
     for v in &violations {
         trace.record(format!("violation {} {:?} {}", v.checker, v.kind, v.detail));
     }
-    Report { seed, digest: trace.digest(), violations, acked, sends, faults, trace_lines: trace.lines() }
+    Report { seed, digest: trace.digest(), violations, acked, sends, faults, trace_lines: trace.lines(), virtual_ms }
 }
 
 /// Polls `done` every 100 ms of virtual time for at most `bound_ms`.
@@ -204,18 +218,22 @@ async fn wait_until(bound_ms: u64, mut done: impl FnMut() -> bool) -> bool {
 
 /// Every acknowledged delivery is terminal on the leader.
 fn settled(cluster: &Cluster, workload: &Workload) -> bool {
-    let Some((state, _)) = cluster.leader().and_then(|l| cluster.state(l)) else { return false };
+    let Some(leader) = cluster.leader() else { return false };
     let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner());
-    ledger.acked.values().flatten().all(|(delivery, _)| {
-        hookraft_core::ids::DeliveryId::parse(delivery)
-            .ok()
-            .and_then(|id| state.deliveries.get(&id))
-            .is_some_and(|d| d.state.is_terminal())
-    })
+    cluster
+        .with_state(leader, |state, _| {
+            ledger.acked.values().flatten().all(|(delivery, _)| {
+                hookraft_core::ids::DeliveryId::parse(delivery)
+                    .ok()
+                    .and_then(|id| state.deliveries.get(&id))
+                    .is_some_and(|d| d.state.is_terminal())
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// Every running node has applied the same index.
 fn converged(cluster: &Cluster) -> bool {
-    let indexes: Vec<u64> = cluster.up().iter().filter_map(|id| cluster.state(*id).map(|(_, i)| i)).collect();
+    let indexes: Vec<u64> = cluster.up().iter().filter_map(|id| cluster.with_state(*id, |_, i| i)).collect();
     indexes.windows(2).all(|w| w[0] == w[1])
 }

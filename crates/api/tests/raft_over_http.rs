@@ -41,7 +41,7 @@ struct LeaderWrite {
 impl LocalWrite for LeaderWrite {
     fn write(&self, command: Command) -> LocalWriteFuture<'_> {
         Box::pin(async move {
-            match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command)).await {
+            match tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(command.into())).await {
                 Ok(Ok(written)) => Ok(Committed { response: written.data, log_index: written.log_id.index }),
                 Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
                     Err(LocalWriteError::NotLeader { leader: forward.leader_id })
@@ -133,7 +133,7 @@ async fn write(nodes: &[&TestNode], command: Command) -> Response {
         loop {
             let leader = agreed_leader(nodes).await;
             let node = nodes.iter().find(|n| n.id == leader).expect("the leader is one of the nodes");
-            match node.raft.client_write(command.clone()).await {
+            match node.raft.client_write(command.clone().into()).await {
                 Ok(written) => return written.data,
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => tokio::time::sleep(POLL_PAUSE).await,
                 Err(error) => panic!("write failed: {error}"),

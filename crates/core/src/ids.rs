@@ -64,18 +64,36 @@ impl<T> serde::de::Visitor<'_> for IdVisitor<T> {
     }
 }
 
+/// Crockford base32 digit of each byte, either case; `INVALID` for the rest.
+const DIGIT_OF: [u8; 256] = {
+    let mut table = [INVALID; 256];
+    let mut digit = 0;
+    while digit < CROCKFORD.len() {
+        let c = CROCKFORD[digit];
+        table[c as usize] = digit as u8;
+        table[c.to_ascii_uppercase() as usize] = digit as u8;
+        digit += 1;
+    }
+    table
+};
+const INVALID: u8 = 0xff;
+
+/// The value of 26 Crockford base32 characters (either case), or `None`.
+/// Ids are decoded for every log entry a leader replicates, so this is a
+/// table lookup per character, not a search.
 fn decode_ulid(text: &str) -> Option<u128> {
-    if text.len() != ULID_CHARS {
+    let bytes: &[u8; ULID_CHARS] = text.as_bytes().try_into().ok()?;
+    // The first character carries only 3 significant bits (26 * 5 = 130).
+    if DIGIT_OF[bytes[0] as usize] > 7 {
         return None;
     }
     let mut value: u128 = 0;
-    for (i, c) in text.bytes().enumerate() {
-        let digit = CROCKFORD.iter().position(|&d| d == c.to_ascii_lowercase())? as u128;
-        // The first character carries only 3 significant bits (26 * 5 = 130).
-        if i == 0 && digit > 7 {
+    for &c in bytes {
+        let digit = DIGIT_OF[c as usize];
+        if digit == INVALID {
             return None;
         }
-        value = (value << 5) | digit;
+        value = (value << 5) | u128::from(digit);
     }
     Some(value)
 }
@@ -238,6 +256,20 @@ mod tests {
         assert!(EndpointId::parse("ep_short").is_err());
         assert!(EndpointId::parse("ep_0000000000000000000000000u").is_err());
         assert!(EndpointId::parse("ep_8zzzzzzzzzzzzzzzzzzzzzzzzz").is_err());
+        assert!(EndpointId::parse("ep_7zzzzzzzzzzzzzzzzzzzzzzzzz").is_ok(), "the largest ULID");
+        for excluded in ['i', 'l', 'o', 'u', 'I', '-', 'é'] {
+            let text = format!("ep_000000000000000000000000{excluded}");
+            assert!(EndpointId::parse(&text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn parse_accepts_upper_case_and_keeps_the_lower_case_text() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+        let id = EventId::generate(1_700_000_000_000, &mut rng);
+        let shouted = format!("evt_{}", id.as_str()["evt_".len()..].to_ascii_uppercase());
+        assert_eq!(EventId::parse(&shouted).unwrap(), id);
+        assert_eq!(EventId::parse(&shouted).unwrap().as_str(), id.as_str());
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub const LOCAL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// not answered within [`LOCAL_WRITE_TIMEOUT`] fails but may still commit,
 /// like a forward that timed out (docs/DESIGN-NOTES.md, note 13).
 pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
-    let Ok(written) = tokio::time::timeout(LOCAL_WRITE_TIMEOUT, raft.client_write(command)).await else {
+    let Ok(written) = tokio::time::timeout(LOCAL_WRITE_TIMEOUT, raft.client_write(command.into())).await else {
         tracing::warn!(timeout = ?LOCAL_WRITE_TIMEOUT, "a local raft write was not answered in time");
         return LocalWrite::Failed(ProposeError::Other(format!(
             "the write was not answered within {} s; it may still commit",
@@ -214,11 +214,27 @@ pub struct MembershipAdmin {
     pub raft: Raft,
     pub state: StateHandle,
     pub clock: Arc<dyn Clock>,
-    pub client: reqwest::Client,
+    /// Built on the first forward to the leader: building one loads the
+    /// system's root certificates, which every node start (and every
+    /// simulated one) would otherwise pay for nothing.
+    pub client: std::sync::OnceLock<reqwest::Client>,
     pub admin_token: Option<String>,
 }
 
 impl MembershipAdmin {
+    fn client(&self) -> Result<&reqwest::Client, AdminError> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .retry(reqwest::retry::never())
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .map_err(|e| AdminError::Unavailable(format!("cannot build an HTTP client: {e}")))?;
+        Ok(self.client.get_or_init(|| client))
+    }
+
     fn leader(&self) -> Result<(NodeId, Option<String>, bool), AdminError> {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
@@ -236,7 +252,7 @@ impl MembershipAdmin {
     ) -> Result<(), AdminError> {
         let (leader, addr, _) = self.leader()?;
         let addr = addr.ok_or_else(|| AdminError::Unavailable(format!("leader {leader} has no address")))?;
-        let mut request = self.client.request(method, format!("http://{addr}{path}")).timeout(ADD_NODE_TIMEOUT);
+        let mut request = self.client()?.request(method, format!("http://{addr}{path}")).timeout(ADD_NODE_TIMEOUT);
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token);
         }

@@ -127,12 +127,6 @@ impl Node {
                 .map_err(|e| NodeError::Raft(e.to_string()))?;
         }
 
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .retry(reqwest::retry::never())
-            .connect_timeout(Duration::from_secs(1))
-            .build()
-            .map_err(|e| NodeError::Transport(e.to_string()))?;
         let writer = log_writer::LogWriter::start(raft.clone());
         let proposer: Arc<dyn Proposer> =
             Arc::new(cluster::ClusterProposer { raft: raft.clone(), writer: writer.clone(), peers: io.peers.clone() });
@@ -190,7 +184,7 @@ impl Node {
                 raft: raft.clone(),
                 state: state.clone(),
                 clock: io.clock.clone(),
-                client,
+                client: std::sync::OnceLock::new(),
                 admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
             }),
             admin_token: config.admin_token.clone(),

@@ -37,7 +37,7 @@ fn commit(rt: &Runtime, store: &mut StateMachineStore, commands: Vec<Command>) {
     let next = store.handle().last_applied().map_or(1, |id| id.index + 1);
     let entries = commands.into_iter().zip(next..).map(|(command, index)| Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, NODE), index),
-        payload: EntryPayload::Normal(command),
+        payload: EntryPayload::Normal(command.into()),
     });
     let responses = rt.block_on(store.apply(entries)).expect("the state machine applies");
     for response in responses {

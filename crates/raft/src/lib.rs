@@ -41,9 +41,11 @@
 pub mod disk;
 pub mod error;
 pub mod http_network;
+pub mod log_command;
 pub mod log_store;
 pub mod mem_disk;
 pub mod network;
+pub mod recent_entries;
 pub mod rpc;
 pub mod runtime;
 pub mod state_machine;
@@ -61,6 +63,7 @@ pub use hookraft_core::{ClusterState, Command, Response};
 pub use disk::{Batch, BatchOp, Disk, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
+pub use log_command::LogCommand;
 pub use log_store::{LogStore, SledLogStore};
 pub use mem_disk::MemDisk;
 pub use network::{SingleNodeNetwork, UnreachablePeer, raft_config};
@@ -74,7 +77,7 @@ openraft::declare_raft_types!(
     /// as in-memory byte buffers, tokio with a seedable generator
     /// ([`SeededRuntime`]).
     pub TypeConfig:
-        D = hookraft_core::Command,
+        D = LogCommand,
         R = hookraft_core::Response,
         NodeId = u64,
         Node = openraft::BasicNode,

@@ -14,18 +14,22 @@
 //! is flushed with the next append). Each append, truncate and purge is one
 //! atomic batch, so the log never has a hole after a crash.
 //!
+//! The newest entries are also kept decoded in memory
+//! ([`crate::recent_entries`]), so replication reads them without decoding.
+//!
 //! This module must not interpret the entries it stores: it only orders,
 //! persists and returns them.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 
 use crate::codec::{decode, encode};
 use crate::disk::{Batch, Disk, KvTree};
+use crate::recent_entries::RecentEntries;
 use crate::{Entry, Error, LogId, LogState, StorageError, TypeConfig, Vote};
 
 /// The layout version this build writes and reads; bump it (and migrate)
@@ -51,6 +55,8 @@ pub struct LogStore {
     log: Arc<dyn KvTree>,
     /// Vote, committed, last purged, format version.
     meta: Arc<dyn KvTree>,
+    /// The log's tail, decoded; shared by every clone like the trees.
+    recent: Arc<Mutex<RecentEntries>>,
 }
 
 /// The old name of [`LogStore`], from when it only ran on sled.
@@ -89,7 +95,11 @@ impl LogStore {
     /// Opens the log trees of `disk`, checking (or, on a new store, writing)
     /// the format version.
     pub fn open(disk: &dyn Disk) -> Result<Self, Error> {
-        let store = Self { log: disk.open_tree(LOG_TREE)?, meta: disk.open_tree(META_TREE)? };
+        let store = Self {
+            log: disk.open_tree(LOG_TREE)?,
+            meta: disk.open_tree(META_TREE)?,
+            recent: Arc::default(),
+        };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
                 let found: u32 = decode("log format version", &bytes)?;
@@ -132,16 +142,38 @@ impl LogStore {
         Ok(entry)
     }
 
-    /// Entries in `range`, at most `limit` of them, in index order.
-    fn read_entries(&self, range: &impl RangeBounds<u64>, limit: usize) -> Result<Vec<Entry>, Error> {
+    fn recent(&self) -> MutexGuard<'_, RecentEntries> {
+        self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Entries in `range`, at most `limit` of them, in index order. With
+    /// `whole`, every entry of the range (up to `limit`) that the log holds;
+    /// without, possibly fewer, as long as the range's first entry is there.
+    fn read_entries(&self, range: &impl RangeBounds<u64>, limit: usize, whole: bool) -> Result<Vec<Entry>, Error> {
         let Some((start, end)) = index_span(range) else {
             return Ok(Vec::new());
+        };
+        let generation = {
+            let recent = self.recent();
+            if let Some(cached) = recent.read(start, end, limit, whole) {
+                drop(recent);
+                return Ok(cached.iter().map(|entry| Entry::clone(entry)).collect());
+            }
+            recent.generation()
         };
         let start = log_key(start);
         let end = end.map(log_key);
         let end = end.as_ref().map_or(Bound::Unbounded, |end| Bound::Excluded(&end[..]));
         let pairs = self.log.range(Bound::Included(&start[..]), end, limit)?;
-        pairs.iter().map(|(key, value)| Self::decode_entry(key, value)).collect()
+        let mut entries = Vec::with_capacity(pairs.len());
+        let mut read = Vec::with_capacity(pairs.len());
+        for (key, value) in &pairs {
+            let entry = Self::decode_entry(key, value)?;
+            read.push((Arc::new(entry.clone()), value.len()));
+            entries.push(entry);
+        }
+        self.recent().read_from_disk(generation, read);
+        Ok(entries)
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, Error> {
@@ -157,22 +189,35 @@ impl LogStore {
         Ok(LogState { last_purged_log_id, last_log_id })
     }
 
-    /// Removes every entry with an index in `(start, end)`.
-    fn remove_entries(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), Error> {
-        let (start, end) = (start.map(log_key), end.map(log_key));
-        self.log.remove_range(start.as_ref().map(|k| &k[..]), end.as_ref().map(|k| &k[..]))
+    /// Removes every entry from `index` on.
+    fn remove_from(&self, index: u64) -> Result<(), Error> {
+        let mut recent = self.recent();
+        recent.truncated(index);
+        self.log.remove_range(Bound::Included(&log_key(index)[..]), Bound::Unbounded)
+    }
+
+    /// Removes every entry up to and including `index`.
+    fn remove_through(&self, index: u64) -> Result<(), Error> {
+        let mut recent = self.recent();
+        recent.purged(index);
+        self.log.remove_range(Bound::Unbounded, Bound::Included(&log_key(index)[..]))
     }
 
     fn insert_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), Error> {
         let mut batch = Batch::default();
-        let mut previous: Option<u64> = None;
+        let mut written = Vec::new();
         for entry in entries {
             let index = entry.log_id.index;
-            debug_assert!(previous.is_none_or(|p| p + 1 == index), "append of non-consecutive entries");
-            previous = Some(index);
-            batch.insert(&log_key(index), encode("log entry", &entry)?);
+            debug_assert!(written.last().is_none_or(|(e, _): &(Arc<Entry>, usize)| e.log_id.index + 1 == index));
+            let bytes = encode("log entry", &entry)?;
+            written.push((Arc::new(entry), bytes.len()));
+            batch.insert(&log_key(index), bytes);
         }
+        // The cache changes with the disk, under its lock, so a reader never
+        // sees the two disagree.
+        let mut recent = self.recent();
         self.log.apply_batch(batch)?;
+        recent.appended(written);
         Ok(())
     }
 
@@ -187,11 +232,11 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        self.read_entries(&range, usize::MAX).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+        self.read_entries(&range, usize::MAX, true).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
-        self.read_entries(&(start..end), LOG_READ_ENTRIES_MAX)
+        self.read_entries(&(start..end), LOG_READ_ENTRIES_MAX, false)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 }
@@ -250,7 +295,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating the raft log");
-        self.remove_entries(Bound::Included(log_id.index), Bound::Unbounded)
+        self.remove_from(log_id.index)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
@@ -261,7 +306,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // leaves extra entries, never a log that starts after a hole.
         self.write_meta("last purged log id", KEY_LAST_PURGED, &log_id)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
-        self.remove_entries(Bound::Unbounded, Bound::Included(log_id.index))
+        self.remove_through(log_id.index)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }

@@ -12,7 +12,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 fn entry(term: u64, index: u64) -> Entry {
-    let payload = if index.is_multiple_of(2) { EntryPayload::Blank } else { EntryPayload::Normal(Command::Noop) };
+    let payload = if index.is_multiple_of(2) { EntryPayload::Blank } else { EntryPayload::Normal(Command::Noop.into()) };
     Entry { log_id: log_id(term, index), payload }
 }
 
@@ -110,4 +110,32 @@ fn memory_store_of_another_format_version_is_refused_and_named() {
         Err(other) => panic!("unexpected error {other}"),
         Ok(_) => panic!("a store of format version 99 was opened"),
     }
+}
+
+/// Replication reads the log's tail from memory (`recent_entries`); what it
+/// returns must be what the disk holds, through truncation and purge.
+#[tokio::test]
+async fn reads_of_the_cached_tail_match_the_disk() {
+    let disk = MemDisk::new();
+    let backend = Backend::Memory(disk.clone());
+    let mut store = open_log(&backend);
+    store.blocking_append((0..=20).map(|i| entry(1, i))).await.expect("append");
+    store.truncate(log_id(1, 15)).await.expect("truncate");
+    store.blocking_append((15..=25).map(|i| entry(2, i))).await.expect("append after truncate");
+    store.purge(log_id(1, 5)).await.expect("purge");
+    let mut reader = store.get_log_reader().await;
+    let cached = reader.try_get_log_entries(0..100).await.expect("read");
+    let limited = reader.limited_get_log_entries(12, 18).await.expect("read");
+
+    // A second store on the same disk starts with nothing cached.
+    let mut fresh = open_log(&backend);
+    let from_disk = fresh.try_get_log_entries(0..100).await.expect("read");
+    assert_eq!(indexes(&cached), (6..=25).collect::<Vec<_>>());
+    assert_eq!(format!("{cached:?}"), format!("{from_disk:?}"));
+    assert_eq!(indexes(&limited), (12..18).collect::<Vec<_>>());
+    assert_eq!(limited[3].log_id, log_id(2, 15), "the truncated tail is gone from the cache too");
+    assert_eq!(
+        format!("{:?}", fresh.limited_get_log_entries(12, 18).await.expect("read")),
+        format!("{limited:?}")
+    );
 }

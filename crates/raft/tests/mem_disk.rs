@@ -14,7 +14,7 @@ fn log_id(index: u64) -> LogId {
 
 fn entry(index: u64) -> Entry {
     let command = Command::AssignShards { now_ms: 1, grants: vec![(index as u16, 1)] };
-    Entry { log_id: log_id(index), payload: EntryPayload::Normal(command) }
+    Entry { log_id: log_id(index), payload: EntryPayload::Normal(command.into()) }
 }
 
 #[tokio::test]

@@ -67,7 +67,7 @@ async fn wait_for_leadership(raft: &Raft) {
 }
 
 async fn write(raft: &Raft, command: Command) -> Response {
-    raft.client_write(command).await.expect("write commits").data
+    raft.client_write(command.into()).await.expect("write commits").data
 }
 
 async fn assign_shard(raft: &Raft, shard: u16) -> u64 {

@@ -14,7 +14,7 @@ fn log_id(index: u64) -> LogId {
 }
 
 fn normal(index: u64, command: Command) -> Entry {
-    Entry { log_id: log_id(index), payload: EntryPayload::Normal(command) }
+    Entry { log_id: log_id(index), payload: EntryPayload::Normal(command.into()) }
 }
 
 /// Remembers the last token of every state it is shown.
