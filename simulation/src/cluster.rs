@@ -22,6 +22,10 @@ use crate::receivers::Receivers;
 
 /// Lease of simulated nodes: short, so faults cost little virtual time.
 pub const LEASE_MS: u64 = 2_000;
+/// Simulated nodes snapshot every this many entries (production: 20,000),
+/// so a run builds, installs and purges snapshots several times, and a
+/// restarted node replays a short log.
+pub const SNAPSHOT_EVERY_ENTRIES: u64 = 400;
 
 /// One simulated node: its disk outlives its process.
 pub struct SimNode {
@@ -63,6 +67,7 @@ impl Cluster {
         config.peers = self.peers.clone();
         config.allow_private_targets = true;
         config.lease_ms = LEASE_MS;
+        config.snapshot_every_entries = SNAPSHOT_EVERY_ENTRIES;
         let io = Io {
             clock: Arc::new(node.clock),
             seed: node.seed.wrapping_add(u64::from(node.restarts)),

@@ -65,10 +65,16 @@ pub struct SimNet {
     trace: Trace,
 }
 
-/// What the network decided for one message.
+/// What the network decided for one request and its reply. A lost
+/// message is never reported: the caller learns of it only at its deadline,
+/// as over a real network where packets vanish.
 enum Fate {
-    Deliver { delay: Duration, duplicate: bool },
-    Lose { delay: Duration },
+    /// The request arrives after `delay` (twice, with `duplicate`); the
+    /// reply comes back unless `reply_lost` (the link back is cut or drops
+    /// it), in which case the request still takes effect.
+    Deliver { delay: Duration, duplicate: bool, reply_lost: bool },
+    /// The request never arrives.
+    Lose,
 }
 
 impl SimNet {
@@ -131,16 +137,19 @@ impl SimNet {
         let target = state.nodes.get(&to).cloned();
         let model = state.model;
         let delay = Duration::from_millis(state.rng.random_range(model.delay_ms_min..=model.delay_ms_max));
-        let lost = state.cut.contains(&(from, to)) || state.rng.random_range(0..1_000_000) < model.drop_ppm;
+        let mut dropped = |link| state.cut.contains(&link) || state.rng.random_range(0..1_000_000) < model.drop_ppm;
+        let request_lost = dropped((from, to));
+        let reply_lost = dropped((to, from));
         let duplicate = state.rng.random_range(0..1_000_000) < model.duplicate_ppm;
         drop(state);
         let Some(target) = target else {
             self.trace.record(format!("net {from}->{to} {kind} unreachable"));
             return Err(format!("node {to} is down"));
         };
-        let fate = if lost { Fate::Lose { delay } } else { Fate::Deliver { delay, duplicate } };
+        let fate = if request_lost { Fate::Lose } else { Fate::Deliver { delay, duplicate, reply_lost } };
         let label = match &fate {
-            Fate::Lose { .. } => "lost",
+            Fate::Lose => "lost",
+            Fate::Deliver { reply_lost: true, .. } => "noreply",
             Fate::Deliver { duplicate: true, .. } => "dup",
             Fate::Deliver { .. } => "ok",
         };
@@ -163,11 +172,11 @@ macro_rules! rpc {
         let (target, fate) = $self.net.route($self.from, $self.to, $kind).map_err(unreachable)?;
         let deadline = $option.hard_ttl();
         match fate {
-            Fate::Lose { delay } => {
-                tokio::time::sleep(delay.min(deadline)).await;
+            Fate::Lose => {
+                tokio::time::sleep(deadline).await;
                 Err(timed_out())
             }
-            Fate::Deliver { delay, duplicate } => {
+            Fate::Deliver { delay, duplicate, reply_lost } => {
                 if duplicate {
                     let $raft = target.raft.clone();
                     let $req = $rpc.clone();
@@ -182,6 +191,11 @@ macro_rules! rpc {
                     tokio::time::sleep(delay).await;
                     $call
                 };
+                if reply_lost {
+                    tokio::spawn(answer);
+                    tokio::time::sleep(deadline).await;
+                    return Err(timed_out());
+                }
                 match tokio::time::timeout(deadline, answer).await {
                     Err(_) => Err(timed_out()),
                     Ok(Ok(reply)) => Ok(reply),
@@ -257,17 +271,24 @@ impl PeerClient for SimPeers {
     ) -> ForwardFuture<'a> {
         Box::pin(async move {
             let (endpoint, fate) = self.net.route(self.me, target, "propose").map_err(ForwardError::Unreachable)?;
-            let delay = match fate {
-                Fate::Lose { delay } => {
-                    tokio::time::sleep(delay.min(timeout)).await;
-                    return Err(ForwardError::Unreachable("message lost".into()));
+            let (delay, reply_lost) = match fate {
+                Fate::Lose => {
+                    tokio::time::sleep(timeout).await;
+                    return Err(ForwardError::Unreachable("timed out".into()));
                 }
-                Fate::Deliver { delay, .. } => delay,
+                Fate::Deliver { delay, reply_lost, .. } => (delay, reply_lost),
             };
-            let write = async {
+            let command = command.clone();
+            let write = async move {
                 tokio::time::sleep(delay).await;
-                endpoint.local_write.write(command.clone()).await
+                endpoint.local_write.write(command).await
             };
+            if reply_lost {
+                // The write goes ahead; only its answer is lost.
+                tokio::spawn(write);
+                tokio::time::sleep(timeout).await;
+                return Err(ForwardError::Unreachable("timed out".into()));
+            }
             match tokio::time::timeout(timeout, write).await {
                 Err(_) => Err(ForwardError::Unreachable("timed out".into())),
                 Ok(Ok(committed)) => Ok(committed),

@@ -36,19 +36,33 @@ pub struct Ledger {
     pub offered: u64,
     pub gave_up: u64,
     pub requests: u64,
+    /// Producers still trying to get an event acknowledged: the run is not
+    /// settled while one may yet add to `acked`.
+    pub in_flight: u64,
 }
 
 impl Ledger {
     /// A copy for the checkers.
     pub fn clone_summary(&self) -> Ledger {
-        Ledger { acked: self.acked.clone(), offered: self.offered, gave_up: self.gave_up, requests: self.requests }
+        Ledger {
+            acked: self.acked.clone(),
+            offered: self.offered,
+            gave_up: self.gave_up,
+            requests: self.requests,
+            in_flight: self.in_flight,
+        }
     }
 }
 
 /// The workload of one run.
 pub struct Workload {
     rng: StdRng,
+    /// Chance in a hundred, per step, that a producer posts an event.
+    pub post_percent: u32,
     pub endpoints: Vec<SimEndpoint>,
+    /// Endpoints the operator asked to delete. The request may have failed
+    /// (a partition, a crashed node), so their receivers heal like the rest.
+    pub deleted: Vec<SimEndpoint>,
     pub ledger: Arc<Mutex<Ledger>>,
     next_key: u64,
     trace: Trace,
@@ -56,9 +70,29 @@ pub struct Workload {
 
 const TYPES: [&str; 3] = ["order.created", "order.paid", "user.deleted"];
 
+/// The range a seed draws its load from, in percent per step.
+pub const POST_PERCENT_DRAWN: std::ops::RangeInclusive<u32> = 5..=40;
+/// The highest load: the operator keeps the remaining steps.
+pub const POST_PERCENT_MAX: u32 = 97;
+
 impl Workload {
-    pub fn new(seed: u64, trace: Trace) -> Self {
-        Self { rng: StdRng::seed_from_u64(seed), endpoints: Vec::new(), ledger: Arc::default(), next_key: 0, trace }
+    /// A workload posting with `post_percent` chance per step, or, when
+    /// `None`, a chance the seed draws: runs differ in load as they differ
+    /// in faults (swarm testing), so a sweep covers quiet and busy clusters
+    /// and costs less than one where every run is at the peak.
+    pub fn new(seed: u64, post_percent: Option<u32>, trace: Trace) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let post_percent = post_percent.unwrap_or_else(|| rng.random_range(POST_PERCENT_DRAWN)).min(POST_PERCENT_MAX);
+        trace.record(format!("workload posts with {post_percent}% per step"));
+        Self {
+            rng,
+            post_percent,
+            endpoints: Vec::new(),
+            deleted: Vec::new(),
+            ledger: Arc::default(),
+            next_key: 0,
+            trace,
+        }
     }
 
     fn pick_node(&mut self, cluster: &Cluster) -> Option<NodeId> {
@@ -118,13 +152,13 @@ impl Workload {
             return;
         }
         let roll = self.rng.random_range(0..100);
-        if roll < 60 {
+        if roll < self.post_percent {
             self.post_event(cluster);
-        } else if roll == 60 {
+        } else if roll == 97 {
             self.replay_dead(cluster);
-        } else if roll == 61 {
+        } else if roll == 98 {
             self.change_endpoint(cluster);
-        } else if roll == 62 && self.rng.random_bool(0.1) && self.endpoints.len() > 3 {
+        } else if roll == 99 && self.rng.random_bool(0.1) && self.endpoints.len() > 3 {
             self.delete_endpoint(cluster);
         }
     }
@@ -145,37 +179,48 @@ impl Workload {
             (0..INGEST_TRIES_MAX).map(|_| self.pick_node(cluster).and_then(|id| cluster.router(id))).collect();
         let ledger = self.ledger.clone();
         let trace = self.trace.clone();
-        ledger.lock().unwrap_or_else(|p| p.into_inner()).offered += 1;
+        {
+            let mut counts = ledger.lock().unwrap_or_else(|p| p.into_inner());
+            counts.offered += 1;
+            counts.in_flight += 1;
+        }
         tokio::spawn(async move {
-            for router in order.into_iter().flatten() {
-                ledger.lock().unwrap_or_else(|p| p.into_inner()).requests += 1;
-                let answer = call(router, "POST", "/v1/events", Some(body.clone()), Some(&key)).await;
-                match answer {
-                    Some(a) if a.status.is_success() => {
-                        let id = a.body["id"].as_str().unwrap_or_default().to_string();
-                        let deliveries: Vec<(String, String)> = a.body["deliveries"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .map(|d| {
-                                let field = |f: &str| d[f].as_str().unwrap_or_default().to_string();
-                                (field("id"), field("endpoint_id"))
-                            })
-                            .collect();
-                        trace.record(format!("workload acked {key} {id} {}", deliveries.len()));
-                        ledger.lock().unwrap_or_else(|p| p.into_inner()).acked.insert(id, deliveries);
-                        return;
-                    }
-                    Some(a) if a.status.is_client_error() => {
-                        trace.record(format!("workload refused {key} {}", a.status));
-                        return;
-                    }
-                    _ => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
-                }
-            }
-            trace.record(format!("workload gave up {key}"));
-            ledger.lock().unwrap_or_else(|p| p.into_inner()).gave_up += 1;
+            Self::produce(order, &body, &key, &ledger, &trace).await;
+            ledger.lock().unwrap_or_else(|p| p.into_inner()).in_flight -= 1;
         });
+    }
+
+    /// Tries `order`'s nodes in turn until one acknowledges or refuses the
+    /// event, recording the answer in the ledger.
+    async fn produce(order: Vec<Option<axum::Router>>, body: &Value, key: &str, ledger: &Mutex<Ledger>, trace: &Trace) {
+        for router in order.into_iter().flatten() {
+            ledger.lock().unwrap_or_else(|p| p.into_inner()).requests += 1;
+            let answer = call(router, "POST", "/v1/events", Some(body.clone()), Some(key)).await;
+            match answer {
+                Some(a) if a.status.is_success() => {
+                    let id = a.body["id"].as_str().unwrap_or_default().to_string();
+                    let deliveries: Vec<(String, String)> = a.body["deliveries"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|d| {
+                            let field = |f: &str| d[f].as_str().unwrap_or_default().to_string();
+                            (field("id"), field("endpoint_id"))
+                        })
+                        .collect();
+                    trace.record(format!("workload acked {key} {id} {}", deliveries.len()));
+                    ledger.lock().unwrap_or_else(|p| p.into_inner()).acked.insert(id, deliveries);
+                    return;
+                }
+                Some(a) if a.status.is_client_error() => {
+                    trace.record(format!("workload refused {key} {}", a.status));
+                    return;
+                }
+                _ => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
+            }
+        }
+        trace.record(format!("workload gave up {key}"));
+        ledger.lock().unwrap_or_else(|p| p.into_inner()).gave_up += 1;
     }
 
     fn replay_dead(&mut self, cluster: &Cluster) {
@@ -194,8 +239,12 @@ impl Workload {
         let Some(router) = self.pick_node(cluster).and_then(|id| cluster.router(id)) else { return };
         let endpoint = self.endpoints.remove(index);
         self.trace.record(format!("workload delete {}", endpoint.id));
+        let trace = self.trace.clone();
+        let id = endpoint.id.clone();
+        self.deleted.push(endpoint);
         tokio::spawn(async move {
-            let _ = call(router, "DELETE", &format!("/v1/endpoints/{}", endpoint.id), None, None).await;
+            let answer = call(router, "DELETE", &format!("/v1/endpoints/{id}"), None, None).await;
+            trace.record(format!("workload deleted {id}: {:?}", answer.map(|a| a.status.as_u16())));
         });
     }
 

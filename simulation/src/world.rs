@@ -33,6 +33,9 @@ pub struct Options {
     pub endpoints: usize,
     /// Fault shapes to draw from; empty means all.
     pub shapes: Vec<crate::faults::Shape>,
+    /// Chance in a hundred per 20 ms step that a producer posts; `None`
+    /// lets the seed draw it (see [`Workload::new`]).
+    pub post_percent: Option<u32>,
 }
 
 impl Options {
@@ -41,10 +44,12 @@ impl Options {
             seed,
             nodes: 3,
             print_trace: false,
-            fault_phase_ms: 30_000,
-            heal_phase_ms: 60_000,
+            fault_phase_ms: 45_000,
+            // Longer than the breaker's longest cooldown (60 s) and a drain.
+            heal_phase_ms: 90_000,
             endpoints: 6,
             shapes: Vec::new(),
+            post_percent: None,
         }
     }
 }
@@ -119,7 +124,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         return Ok(finish(options.seed, &trace, vec![violation], 0, 0, BTreeMap::new(), elapsed_ms(origin)));
     }
 
-    let mut workload = Workload::new(rng.random(), trace.clone());
+    let mut workload = Workload::new(rng.random(), options.post_percent, trace.clone());
     let fault_end_ms = elapsed_ms(origin) + options.fault_phase_ms;
     workload.register(&cluster, &receivers, options.endpoints, fault_end_ms).await?;
     let mut faults = Faults::new(rng.random(), &options.shapes, trace.clone());
@@ -135,7 +140,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     // the ones that answer 410 (their deliveries end dead-lettered).
     faults.expire(&mut cluster, elapsed_ms(origin), true).await?;
     cluster.net.heal();
-    for endpoint in &workload.endpoints {
+    for endpoint in workload.endpoints.iter().chain(&workload.deleted) {
         if receivers.behavior(&endpoint.receiver) != Some(Behavior::Gone) {
             receivers.set_behavior(&endpoint.receiver, Behavior::Healthy);
         }
@@ -216,10 +221,14 @@ async fn wait_until(bound_ms: u64, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-/// Every acknowledged delivery is terminal on the leader.
+/// No producer is still trying, and every acknowledged delivery is
+/// terminal on the leader.
 fn settled(cluster: &Cluster, workload: &Workload) -> bool {
     let Some(leader) = cluster.leader() else { return false };
     let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner());
+    if ledger.in_flight > 0 {
+        return false;
+    }
     cluster
         .with_state(leader, |state, _| {
             ledger.acked.values().flatten().all(|(delivery, _)| {

@@ -53,7 +53,7 @@ impl Default for BreakerConfig {
             window_ms: 60_000,
             window_requests_min: 20,
             cooldown_ms: 5_000,
-            cooldown_max_ms: 300_000,
+            cooldown_max_ms: 60_000,
         }
     }
 }
@@ -309,7 +309,7 @@ mod tests {
         let config = BreakerConfig::default();
         assert_eq!((config.consecutive_failures_max, config.error_rate_max), (5, 0.5));
         assert_eq!((config.window_ms, config.window_requests_min), (60_000, 20));
-        assert_eq!((config.cooldown_ms, config.cooldown_max_ms), (5_000, 300_000));
+        assert_eq!((config.cooldown_ms, config.cooldown_max_ms), (5_000, 60_000));
         assert_eq!(config.validate(), Ok(()));
         let mut breaker = CircuitBreaker::default();
         assert_eq!((breaker.status(), breaker.open_until_ms()), (BreakerStatus::Closed, None));
@@ -441,7 +441,7 @@ mod tests {
         let mut now = 0;
         let mut breaker = opened_at(&config, now);
         let reopened = Some(Transition { from: BreakerStatus::HalfOpen, to: BreakerStatus::Open });
-        for cooldown in [10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000, 300_000] {
+        for cooldown in [10_000, 20_000, 40_000, 60_000, 60_000, 60_000] {
             now = breaker.open_until_ms().expect("open");
             assert_eq!(breaker.admit(&config, now), Admission::Probe);
             assert_eq!(breaker.on_failure(&config, now + 1), reopened);

@@ -30,6 +30,8 @@ pub struct NodeConfig {
     pub lease_ms: u64,
     /// How long a rotated-out secret keeps signing by default.
     pub secret_grace_ms: u64,
+    /// Applied entries between two snapshots of the replicated state.
+    pub snapshot_every_entries: u64,
 }
 
 /// Default lease (DESIGN §5).
@@ -49,6 +51,7 @@ impl NodeConfig {
             allow_private_targets: false,
             lease_ms: LEASE_MS_DEFAULT,
             secret_grace_ms: 24 * 3_600 * 1_000,
+            snapshot_every_entries: hookraft_raft::SNAPSHOT_EVERY_ENTRIES,
         }
     }
 

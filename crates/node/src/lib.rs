@@ -34,7 +34,7 @@ use hookraft_delivery::batcher::{OUTCOME_QUEUE_MAX, Proposer, run_outcome_batche
 use hookraft_delivery::context::{DeliveryContext, InFlightRegistry};
 use hookraft_delivery::metrics::DeliveryMetrics;
 use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
-use hookraft_raft::{Raft, StateHandle, raft_config};
+use hookraft_raft::{Raft, StateHandle, raft_config_snapshotting_every};
 use openraft::RaftNetworkFactory;
 use ractor::{Actor, ActorRef};
 use rand::SeedableRng;
@@ -110,9 +110,15 @@ impl Node {
         if config.advertise.is_none() {
             config.advertise = Some(addr.to_string());
         }
-        let raft = Raft::new(config.node_id, Arc::new(raft_config()), io.network, log_store, state_machine)
-            .await
-            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config_snapshotting_every(config.snapshot_every_entries)),
+            io.network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
         let single = config.peers.len() <= 1;
         if config.initialises() && !raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
             let members: BTreeMap<NodeId, openraft::BasicNode> =

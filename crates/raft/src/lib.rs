@@ -66,7 +66,9 @@ pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, fo
 pub use log_command::LogCommand;
 pub use log_store::{LogStore, SledLogStore};
 pub use mem_disk::MemDisk;
-pub use network::{SingleNodeNetwork, UnreachablePeer, raft_config};
+pub use network::{
+    SNAPSHOT_EVERY_ENTRIES, SingleNodeNetwork, UnreachablePeer, raft_config, raft_config_snapshotting_every,
+};
 pub use rpc::{ProposeReply, RaftReply};
 pub use runtime::{SeededRuntime, SeededThreadRng, seed_thread_rng};
 pub use state_machine::{ApplyObserver, StateHandle, StateMachineStore, StateRef, snapshot_id};

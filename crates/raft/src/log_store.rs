@@ -95,11 +95,7 @@ impl LogStore {
     /// Opens the log trees of `disk`, checking (or, on a new store, writing)
     /// the format version.
     pub fn open(disk: &dyn Disk) -> Result<Self, Error> {
-        let store = Self {
-            log: disk.open_tree(LOG_TREE)?,
-            meta: disk.open_tree(META_TREE)?,
-            recent: Arc::default(),
-        };
+        let store = Self { log: disk.open_tree(LOG_TREE)?, meta: disk.open_tree(META_TREE)?, recent: Arc::default() };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
                 let found: u32 = decode("log format version", &bytes)?;
@@ -295,8 +291,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating the raft log");
-        self.remove_from(log_id.index)
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.remove_from(log_id.index).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
 
@@ -306,8 +301,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // leaves extra entries, never a log that starts after a hole.
         self.write_meta("last purged log id", KEY_LAST_PURGED, &log_id)
             .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
-        self.remove_through(log_id.index)
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
+        self.remove_through(log_id.index).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))?;
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Delete))
     }
 }

@@ -46,13 +46,21 @@ pub const PURGE_BATCH_ENTRIES: u64 = 256;
 
 /// openraft's config for a hookraft node, validated.
 pub fn raft_config() -> Config {
+    raft_config_snapshotting_every(SNAPSHOT_EVERY_ENTRIES)
+}
+
+/// [`raft_config`] with a snapshot every `entries` applied entries, keeping
+/// at most a quarter of that behind it. The simulator snapshots far more
+/// often than production so its short runs install and purge too.
+pub fn raft_config_snapshotting_every(entries: u64) -> Config {
+    let entries = entries.max(4);
     Config {
         cluster_name: "hookraft".into(),
         heartbeat_interval: HEARTBEAT_INTERVAL_MS,
         election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
         election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES),
-        max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(entries),
+        max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES.min(entries / 4),
         purge_batch_size: PURGE_BATCH_ENTRIES,
         install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
         ..Config::default()
@@ -136,6 +144,10 @@ mod tests {
         assert!(config.election_timeout_max > config.election_timeout_min);
         assert_eq!(config.snapshot_policy, SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES));
         assert!(config.max_in_snapshot_log_to_keep > 0 && config.install_snapshot_timeout >= 1_000);
+        assert_eq!(config.max_in_snapshot_log_to_keep, LOG_KEPT_BEHIND_SNAPSHOT_ENTRIES);
+        let often = raft_config_snapshotting_every(200);
+        assert_eq!(often.snapshot_policy, SnapshotPolicy::LogsSinceLast(200));
+        assert_eq!(often.max_in_snapshot_log_to_keep, 50);
     }
 
     #[tokio::test]

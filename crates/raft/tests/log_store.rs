@@ -12,7 +12,8 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 fn entry(term: u64, index: u64) -> Entry {
-    let payload = if index.is_multiple_of(2) { EntryPayload::Blank } else { EntryPayload::Normal(Command::Noop.into()) };
+    let payload =
+        if index.is_multiple_of(2) { EntryPayload::Blank } else { EntryPayload::Normal(Command::Noop.into()) };
     Entry { log_id: log_id(term, index), payload }
 }
 
@@ -134,8 +135,5 @@ async fn reads_of_the_cached_tail_match_the_disk() {
     assert_eq!(format!("{cached:?}"), format!("{from_disk:?}"));
     assert_eq!(indexes(&limited), (12..18).collect::<Vec<_>>());
     assert_eq!(limited[3].log_id, log_id(2, 15), "the truncated tail is gone from the cache too");
-    assert_eq!(
-        format!("{:?}", fresh.limited_get_log_entries(12, 18).await.expect("read")),
-        format!("{limited:?}")
-    );
+    assert_eq!(format!("{:?}", fresh.limited_get_log_entries(12, 18).await.expect("read")), format!("{limited:?}"));
 }

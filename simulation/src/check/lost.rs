@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use hookraft_core::ids::DeliveryId;
+use hookraft_core::ids::{DeliveryId, EventId};
 use hookraft_core::model::DeliveryState;
 use hookraft_core::state::ClusterState;
 
@@ -20,7 +20,7 @@ pub fn check(ledger: &Ledger, state: &ClusterState, sends: &[SendRecord]) -> Vec
         .collect();
     let mut found = Vec::new();
     for (event, deliveries) in &ledger.acked {
-        if !state.events.keys().any(|e| e.as_str() == event) {
+        if !EventId::parse(event).is_ok_and(|id| state.events.contains_key(&id)) {
             found.push(Violation::safety("lost", format!("acknowledged event {event} is not in the state")));
             continue;
         }
