@@ -18,6 +18,15 @@ use crate::metrics::DeliveryMetrics;
 const RESTARTS_MAX: u32 = 5;
 const RESTART_WINDOW_MS: u64 = 60_000;
 const RESTART_BACKOFF: Duration = Duration::from_secs(5);
+/// The supervisor also rebalances on this period, whatever it was told.
+/// Rebalances are otherwise triggered by edges (a grant applied, the lease
+/// loop seeing its lease lapse or return), and an edge can be missed: the
+/// lease loop samples validity between heartbeats, so a lease that lapsed
+/// and came back while it waited on a heartbeat looks unchanged to it, yet
+/// a rebalance that ran in the gap had stopped every actor of the node's
+/// shards, and nothing started them again (found by the simulator, seed
+/// 5146: an endpoint with 359 pending deliveries and no sender).
+pub const REBALANCE_EVERY: Duration = Duration::from_secs(1);
 
 /// What the supervisor is told.
 #[derive(Debug)]
@@ -55,6 +64,8 @@ impl Actor for DeliverySupervisor {
         ctx: DeliveryContext,
     ) -> Result<SupervisorState, ActorProcessingErr> {
         myself.send_message(SupervisorMsg::Rebalance)?;
+        // Dropped with the actor: the timer stops when the supervisor does.
+        let _ = myself.send_interval(REBALANCE_EVERY, || SupervisorMsg::Rebalance);
         Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
     }
 

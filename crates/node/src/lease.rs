@@ -90,6 +90,8 @@ pub struct LeaseLoop {
 
 /// How often the loop checks whether the lease lapsed between heartbeats.
 const LEASE_CHECK_MS: u64 = 100;
+/// How often a committed heartbeat looks for itself in the local state.
+const APPLY_WAIT_STEP_MS: u64 = 5;
 
 impl LeaseLoop {
     /// Runs until the node stops.
@@ -128,14 +130,39 @@ impl LeaseLoop {
     }
 
     async fn heartbeat(&self, proposed_at_ms: u64) {
-        let command =
-            Command::Heartbeat { node_id: self.node_id, now_ms: self.clock.wall_ms(), lease_ms: self.lease_ms };
+        let sent_ms = self.clock.wall_ms();
+        let command = Command::Heartbeat { node_id: self.node_id, now_ms: sent_ms, lease_ms: self.lease_ms };
         match self.proposer.propose(command).await {
-            Ok(_) => {
+            Ok(_) if self.applied_here(sent_ms).await => {
                 self.lease.extend_to(proposed_at_ms + self.lease_ms);
                 self.lease.renewals_total.fetch_add(1, Ordering::Relaxed);
             }
+            Ok(_) => tracing::debug!("heartbeat committed but not yet applied here; lease not extended"),
             Err(error) => tracing::debug!(%error, "heartbeat not committed"),
+        }
+    }
+
+    /// Waits, a bounded time, until this node's own state shows the
+    /// heartbeat sent at `sent_ms`. A forwarded heartbeat commits on the
+    /// leader before this node applies it; a node that just restarted (or
+    /// is catching up by snapshot) would otherwise hold a valid lease over a
+    /// stale state and send under a token the cluster has since moved on
+    /// from (found by the simulator, seed 20237: a restarted node sent under
+    /// token 135 for half a second after the shard had been granted to
+    /// another node under token 230). Once the heartbeat is applied here,
+    /// every grant made before it is too.
+    async fn applied_here(&self, sent_ms: u64) -> bool {
+        let seen =
+            || self.state.read().nodes.get(&self.node_id).is_some_and(|record| record.last_heartbeat_ms >= sent_ms);
+        let deadline = self.clock.monotonic_ms() + (self.lease_ms / 3).max(1);
+        loop {
+            if seen() {
+                return true;
+            }
+            if self.clock.monotonic_ms() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(APPLY_WAIT_STEP_MS)).await;
         }
     }
 

@@ -46,8 +46,24 @@ impl ClusterState {
         self.set_grants(shards.iter().map(|&(shard, next_owner)| (shard, None, next_owner)), now_ms)
     }
 
+    /// Grants shards, except one whose owner is another node that is live at
+    /// `now_ms`. The leader plans a direct grant only away from an owner it
+    /// saw dead; if that owner's heartbeat committed between the plan and
+    /// this command, it holds a lease again, and granting now would give the
+    /// shard two senders until its state catches up (found by the
+    /// simulator, seed 20237). Such a grant is dropped here, where every
+    /// replica decides the same, and the next plan moves the shard in two
+    /// steps, as from any live owner.
     pub(super) fn assign_shards(&mut self, grants: &[(Shard, NodeId)], now_ms: u64) -> Response {
-        self.set_grants(grants.iter().map(|&(shard, node)| (shard, Some(node), None)), now_ms)
+        let revived =
+            |state: &Self, shard: Shard, node: NodeId| {
+                state.shards.get(shard as usize).and_then(|g| g.owner).is_some_and(|owner| {
+                    owner != node && state.nodes.get(&owner).is_some_and(|r| r.live_until_ms > now_ms)
+                })
+            };
+        let kept: Vec<(Shard, NodeId)> =
+            grants.iter().copied().filter(|&(shard, node)| !revived(self, shard, node)).collect();
+        self.set_grants(kept.into_iter().map(|(shard, node)| (shard, Some(node), None)), now_ms)
     }
 
     /// Replaces each shard's grant under the next fencing token; refuses the

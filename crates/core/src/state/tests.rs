@@ -371,3 +371,23 @@ fn a_batch_applies_its_commands_in_order_and_answers_each() {
     assert_eq!(batched, one_by_one);
     assert!(matches!(batched.deliveries.values().next().map(|d| d.state), Some(DeliveryState::Dead)));
 }
+
+#[test]
+fn a_direct_grant_away_from_an_owner_that_came_back_is_dropped() {
+    let mut state = ClusterState::default();
+    state.apply(&Command::AssignShards { now_ms: 1_000, grants: vec![(5, 3), (6, 3)] });
+    // Node 3 looked dead to the planner, but its heartbeat committed first.
+    state.apply(&Command::Heartbeat { node_id: 3, now_ms: 20_000, lease_ms: 6_000 });
+    let before = state.shards[5];
+    let response = state.apply(&Command::AssignShards { now_ms: 21_000, grants: vec![(5, 2), (7, 2)] });
+    assert_eq!(state.shards[5], before, "shard 5 stays with its live owner, under its token");
+    assert_eq!(state.shards[7].owner, Some(2), "an unowned shard is granted as before");
+    match response {
+        Response::ShardsAssigned { tokens } => assert_eq!(tokens.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [7]),
+        other => panic!("{other:?}"),
+    }
+    // Once its lease has run out, the grant goes through.
+    state.apply(&Command::AssignShards { now_ms: 26_001, grants: vec![(5, 2)] });
+    assert_eq!(state.shards[5].owner, Some(2));
+    assert!(state.shards[5].token > before.token);
+}
