@@ -64,8 +64,9 @@ impl Actor for DeliverySupervisor {
         ctx: DeliveryContext,
     ) -> Result<SupervisorState, ActorProcessingErr> {
         myself.send_message(SupervisorMsg::Rebalance)?;
-        // Dropped with the actor: the timer stops when the supervisor does.
-        let _ = myself.send_interval(REBALANCE_EVERY, || SupervisorMsg::Rebalance);
+        // The handle is detached, not kept: the interval's task ends on its
+        // own once a send fails, i.e. when the supervisor has stopped.
+        drop(myself.send_interval(REBALANCE_EVERY, || SupervisorMsg::Rebalance));
         Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
     }
 

@@ -90,8 +90,6 @@ pub struct LeaseLoop {
 
 /// How often the loop checks whether the lease lapsed between heartbeats.
 const LEASE_CHECK_MS: u64 = 100;
-/// How often a committed heartbeat looks for itself in the local state.
-const APPLY_WAIT_STEP_MS: u64 = 5;
 
 impl LeaseLoop {
     /// Runs until the node stops.
@@ -154,16 +152,18 @@ impl LeaseLoop {
     async fn applied_here(&self, sent_ms: u64) -> bool {
         let seen =
             || self.state.read().nodes.get(&self.node_id).is_some_and(|record| record.last_heartbeat_ms >= sent_ms);
-        let deadline = self.clock.monotonic_ms() + (self.lease_ms / 3).max(1);
-        loop {
-            if seen() {
-                return true;
+        let wait = Duration::from_millis((self.lease_ms / 3).max(1));
+        // Every apply updates openraft's metrics: wake on those, not a poll.
+        let mut applied = self.raft.metrics();
+        let seen_in_time = async {
+            while !seen() {
+                if applied.changed().await.is_err() {
+                    return false;
+                }
             }
-            if self.clock.monotonic_ms() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(APPLY_WAIT_STEP_MS)).await;
-        }
+            true
+        };
+        tokio::time::timeout(wait, seen_in_time).await.unwrap_or(false)
     }
 
     /// As leader: grants shards that have no live, eligible owner.
