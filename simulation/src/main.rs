@@ -63,6 +63,10 @@ const EXIT_SAFETY: u8 = 1;
 const EXIT_LIVENESS: u8 = 2;
 const EXIT_CRASH: u8 = 3;
 
+fn exit_code(kind: Kind) -> u8 {
+    if kind == Kind::Safety { EXIT_SAFETY } else { EXIT_LIVENESS }
+}
+
 fn options(args: &Args, seed: u64) -> Options {
     let mut options = Options::new(seed);
     options.nodes = args.nodes;
@@ -141,7 +145,7 @@ fn main() -> ExitCode {
                 None => ExitCode::SUCCESS,
                 Some(kind) => {
                     println!("replay: {}", replay_command(&args, seed));
-                    ExitCode::from(if kind == Kind::Safety { EXIT_SAFETY } else { EXIT_LIVENESS })
+                    ExitCode::from(exit_code(kind))
                 }
             }
         }
@@ -156,8 +160,7 @@ fn verdict(args: &Args, seed: u64) -> (Option<(u8, String)>, u64) {
         Ok(report) => {
             let failure = report.worst().map(|kind| {
                 let first = &report.violations[0];
-                let code = if kind == Kind::Safety { EXIT_SAFETY } else { EXIT_LIVENESS };
-                (code, format!("seed={seed} verdict={kind:?} [{}] {}", first.checker, first.detail))
+                (exit_code(kind), format!("seed={seed} verdict={kind:?} [{}] {}", first.checker, first.detail))
             });
             (failure, report.virtual_ms)
         }

@@ -29,7 +29,7 @@ pub struct SimEndpoint {
 }
 
 /// What the workload knows for the checkers.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Ledger {
     /// Acknowledged event id → (delivery id, endpoint id) named in the answer.
     pub acked: BTreeMap<String, Vec<(String, String)>>,
@@ -39,19 +39,6 @@ pub struct Ledger {
     /// Producers still trying to get an event acknowledged: the run is not
     /// settled while one may yet add to `acked`.
     pub in_flight: u64,
-}
-
-impl Ledger {
-    /// A copy for the checkers.
-    pub fn clone_summary(&self) -> Ledger {
-        Ledger {
-            acked: self.acked.clone(),
-            offered: self.offered,
-            gave_up: self.gave_up,
-            requests: self.requests,
-            in_flight: self.in_flight,
-        }
-    }
 }
 
 /// The workload of one run.

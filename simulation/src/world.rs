@@ -165,7 +165,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         None => states.first().map(|(_, s, _)| s.clone()).unwrap_or_default(),
     };
     let sends = receivers.sends();
-    let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner()).clone_summary();
+    let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner()).clone();
 
     let mut violations = tap.violations();
     violations.extend(check::replicas::check(&states));

@@ -33,6 +33,13 @@ fn scenario(seed: u64, nodes: u64, shapes: &[Shape]) -> Report {
     report
 }
 
+/// A seed exactly as a sweep runs it (the seed draws its own load and
+/// faults); it must end with no violation.
+fn sweep_seed(seed: u64) {
+    let report = run(Options::new(seed), None).expect("the simulator runs");
+    assert!(report.violations.is_empty(), "seed {seed}: {:#?}", report.violations);
+}
+
 #[test]
 fn isolated_leader_loses_no_acknowledged_event() {
     scenario(101, 3, &[Shape::IsolateLeader]);
@@ -100,16 +107,14 @@ fn sweep_seed_1002_keeps_every_invariant() {
 /// looked stuck. The run now waits for producers in flight.
 #[test]
 fn sweep_seed_3024_waits_for_producers_still_retrying() {
-    let report = run(Options::new(3_024), None).expect("the simulator runs");
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    sweep_seed(3_024);
 }
 
 /// Found by a sweep: the operator's delete was refused (503 during a fault)
 /// but taken as done, so the endpoint's receiver never healed.
 #[test]
 fn sweep_seed_3018_heals_the_receivers_of_refused_deletes() {
-    let report = run(Options::new(3_018), None).expect("the simulator runs");
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    sweep_seed(3_018);
 }
 
 /// Found by a sweep: the lease loop samples its lease between heartbeats,
@@ -119,8 +124,7 @@ fn sweep_seed_3018_heals_the_receivers_of_refused_deletes() {
 /// supervisor now also rebalances every second.
 #[test]
 fn an_actor_stopped_while_the_lease_blinked_is_started_again() {
-    let report = run(Options::new(5_146), None).expect("the simulator runs");
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    sweep_seed(5_146);
 }
 
 /// Found by a sweep: the leader planned to grant a crashed node's shards
@@ -131,6 +135,5 @@ fn an_actor_stopped_while_the_lease_blinked_is_started_again() {
 /// node's own state shows it.
 #[test]
 fn a_grant_planned_while_the_owner_was_down_waits_for_it_once_it_is_back() {
-    let report = run(Options::new(20_237), None).expect("the simulator runs");
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    sweep_seed(20_237);
 }

@@ -84,8 +84,9 @@ impl RecentEntries {
             Some(next) => self.entries.split_off(&next),
             None => BTreeMap::new(),
         };
-        self.entries = kept;
-        self.bytes = self.entries.values().map(|(_, size)| size).sum();
+        for (_, (_, size)) in std::mem::replace(&mut self.entries, kept) {
+            self.bytes -= size;
+        }
     }
 
     /// The cached run of consecutive entries from `start`, stopping before
