@@ -69,7 +69,7 @@ impl Cluster {
         config.lease_ms = LEASE_MS;
         config.snapshot_every_entries = SNAPSHOT_EVERY_ENTRIES;
         let io = Io {
-            clock: Arc::new(node.clock),
+            clock: Arc::new(node.clock.clone()),
             seed: node.seed.wrapping_add(u64::from(node.restarts)),
             transport: Arc::new(self.receivers.clone()),
             storage: Storage::Memory(node.disk.clone()),
@@ -104,12 +104,18 @@ impl Cluster {
         self.nodes.values().filter(|n| n.handle.is_some()).map(|n| n.id).collect()
     }
 
-    /// The leader as the running nodes see it, if they agree on one that runs.
+    /// The leader as the running members see it, if they agree on one that
+    /// runs. A node removed from the membership keeps its last view (a
+    /// removed leader still names itself) and has no say.
     pub fn leader(&self) -> Option<NodeId> {
         let mut seen = None;
         for node in self.nodes.values() {
             let Some(handle) = &node.handle else { continue };
-            let leader = handle.raft().metrics().borrow().current_leader?;
+            let metrics = handle.raft().metrics().borrow().clone();
+            if !metrics.membership_config.membership().nodes().any(|(id, _)| *id == node.id) {
+                continue;
+            }
+            let leader = metrics.current_leader?;
             if seen.is_some_and(|s| s != leader) {
                 return None;
             }
@@ -132,10 +138,27 @@ impl Cluster {
         Some(look(&state, applied))
     }
 
+    /// Every running node's Raft handle and API, for tasks that must find
+    /// the leader while the driver goes on.
+    pub fn handles(&self) -> Vec<(NodeId, hookraft_raft::Raft, axum::Router)> {
+        self.nodes
+            .values()
+            .filter_map(|n| n.handle.as_ref().map(|h| (n.id, h.raft().clone(), h.router.clone())))
+            .collect()
+    }
+
     /// Node `id`'s HTTP API, callable without a socket (see [`call`]).
     pub fn router(&self, id: NodeId) -> Option<axum::Router> {
         Some(self.nodes.get(&id)?.handle.as_ref()?.router.clone())
     }
+}
+
+/// Whether node `id` leads by its own account and is a voter in the
+/// membership it knows (a removed leader keeps naming itself).
+pub fn leads(id: NodeId, raft: &hookraft_raft::Raft) -> bool {
+    let metrics = raft.metrics();
+    let m = metrics.borrow();
+    m.current_leader == Some(id) && m.membership_config.membership().voter_ids().any(|v| v == id)
 }
 
 /// Calls a node's HTTP API through its router.

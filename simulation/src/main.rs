@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use hookraft_simulation::check::Kind;
+use hookraft_simulation::faults::Shape;
 use hookraft_simulation::{Break, Options, Report, run};
 
 #[derive(Parser, Debug)]
@@ -41,6 +42,11 @@ struct Args {
     /// each seed draws one from 5 to 40).
     #[arg(long)]
     load: Option<u32>,
+    /// Fault shapes to draw from, comma-separated (default: all of
+    /// isolate-leader, split, one-way, crash, lossy, move-shard, stall,
+    /// slow-disk, clock-step, membership).
+    #[arg(long, value_delimiter = ',', value_parser = Shape::parse)]
+    faults: Vec<Shape>,
     /// Deliberate bug: `fencing` or `ack-before-commit` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
@@ -73,6 +79,7 @@ fn options(args: &Args, seed: u64) -> Options {
     options.fault_phase_ms = args.fault_ms;
     options.print_trace = args.trace;
     options.post_percent = args.load;
+    options.shapes = args.faults.clone();
     options
 }
 
@@ -98,6 +105,10 @@ fn replay_command(args: &Args, seed: u64) -> String {
     );
     if let Some(load) = args.load {
         command = format!("{command} --load {load}");
+    }
+    if !args.faults.is_empty() {
+        let names: Vec<&str> = args.faults.iter().map(|s| s.name()).collect();
+        command = format!("{command} --faults {}", names.join(","));
     }
     if let Some(b) = args.r#break {
         command = format!("{command} --break {}", if b == Break::Fencing { "fencing" } else { "ack-before-commit" });

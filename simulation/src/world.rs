@@ -80,11 +80,30 @@ const TICK: Duration = Duration::from_millis(20);
 /// How long the cluster may take to form before the run is a liveness failure.
 const FORMATION_MS: u64 = 20_000;
 
+/// Virtual time a run may take beyond its phases before the watchdog ends
+/// it: a driver stuck on a call that never answers is a liveness failure,
+/// not a sweep that never ends.
+const WATCHDOG_SLACK_MS: u64 = 180_000;
+
 /// Runs one seed on the current thread's runtime (see [`crate::run`]).
 pub async fn run(options: Options) -> anyhow::Result<Report> {
     let origin = Instant::now();
     let trace = Trace::new(options.print_trace);
     trace.start(origin);
+    let bound_ms = FORMATION_MS + options.fault_phase_ms + options.heal_phase_ms + WATCHDOG_SLACK_MS;
+    match tokio::time::timeout(Duration::from_millis(bound_ms), drive(&options, &trace, origin)).await {
+        Ok(report) => report,
+        Err(_) => {
+            let violation =
+                Violation::liveness("watchdog", format!("the run did not end within {bound_ms} ms of virtual time"));
+            Ok(finish(options.seed, &trace, vec![violation], 0, 0, BTreeMap::new(), elapsed_ms(origin)))
+        }
+    }
+}
+
+/// Builds the cluster, runs both phases and the checks.
+async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Result<Report> {
+    let trace = trace.clone();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let net = SimNet::new(rng.random(), trace.clone());
     let receivers = Receivers::new(rng.random(), origin, trace.clone());

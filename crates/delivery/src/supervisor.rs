@@ -49,6 +49,9 @@ pub struct SupervisorState {
     ctx: DeliveryContext,
     actors: BTreeMap<EndpointId, ActorRef<EndpointMsg>>,
     by_actor: HashMap<ActorId, EndpointId>,
+    /// The fencing token each actor's shard had when the actor last loaded
+    /// its deliveries from the replicated state.
+    tokens: HashMap<EndpointId, u64>,
     /// Recent restarts per endpoint: (window start, count).
     restarts: HashMap<EndpointId, (u64, u32)>,
 }
@@ -67,7 +70,13 @@ impl Actor for DeliverySupervisor {
         // The handle is detached, not kept: the interval's task ends on its
         // own once a send fails, i.e. when the supervisor has stopped.
         drop(myself.send_interval(REBALANCE_EVERY, || SupervisorMsg::Rebalance));
-        Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
+        Ok(SupervisorState {
+            ctx,
+            actors: BTreeMap::new(),
+            by_actor: HashMap::new(),
+            tokens: HashMap::new(),
+            restarts: HashMap::new(),
+        })
     }
 
     async fn handle(
@@ -159,35 +168,63 @@ impl SupervisorState {
             && self.ctx.state.read().endpoints.get(endpoint_id).is_some_and(|e| !e.disabled)
     }
 
-    /// Starts actors for owned endpoints with work or an open breaker, stops the rest.
+    /// Starts actors for owned endpoints, stops the rest, and has every
+    /// actor whose shard was granted anew reload its deliveries.
+    ///
+    /// A shard can be revoked and granted back to this node between two
+    /// rebalances, so its actor lives on under a new token. Outcomes its
+    /// attempts under the old token still had on the way are rejected as
+    /// stale, and their deliveries stay active in the log while the actor,
+    /// having finished them, has forgotten them: nothing would send them
+    /// again (found by the simulator, seed 100293). Reloading the
+    /// endpoint's active deliveries on a token change puts them back.
     async fn rebalance(&mut self, myself: &ActorRef<SupervisorMsg>) {
         // Ownership reads the state too: ask it only once this guard is gone.
         let enabled: Vec<EndpointId> = {
             let state = self.ctx.state.read();
             state.endpoints.values().filter(|e| !e.disabled).map(|e| e.id.clone()).collect()
         };
-        let wanted: Vec<EndpointId> =
-            enabled.into_iter().filter(|id| self.ctx.ownership.token_for(id.shard()).is_some()).collect();
-        let keep: std::collections::BTreeSet<&EndpointId> = wanted.iter().collect();
+        let wanted: BTreeMap<EndpointId, u64> = enabled
+            .into_iter()
+            .filter_map(|id| self.ctx.ownership.token_for(id.shard()).map(|token| (id, token)))
+            .collect();
         for (endpoint_id, actor) in &self.actors {
-            if !keep.contains(endpoint_id) {
+            if !wanted.contains_key(endpoint_id) {
                 actor.stop(Some("shard or lease no longer held here".into()));
             }
         }
-        for endpoint_id in &wanted {
+        let mut regranted = Vec::new();
+        for (endpoint_id, token) in &wanted {
             if !self.actors.contains_key(endpoint_id) {
                 self.spawn(myself, endpoint_id.clone()).await;
+            } else if self.tokens.get(endpoint_id) != Some(token) {
+                regranted.push((endpoint_id, *token));
+            }
+        }
+        if regranted.is_empty() {
+            return;
+        }
+        let state = self.ctx.state.read();
+        for (endpoint_id, token) in regranted {
+            self.tokens.insert(endpoint_id.clone(), token);
+            if let (Some(actor), Some(ids)) = (self.actors.get(endpoint_id), state.active.get(endpoint_id)) {
+                tracing::debug!(endpoint = %endpoint_id, token, "shard granted anew; reloading its deliveries");
+                let _ = actor.send_message(EndpointMsg::Enqueue(ids.iter().cloned().collect()));
             }
         }
     }
 
     async fn spawn(&mut self, myself: &ActorRef<SupervisorMsg>, endpoint_id: EndpointId) {
+        // Read before the actor loads its deliveries, so a grant applied
+        // meanwhile shows as a change at the next rebalance.
+        let token = self.ctx.ownership.token_for(endpoint_id.shard()).unwrap_or(0);
         let args = EndpointArgs { ctx: self.ctx.clone(), endpoint_id: endpoint_id.clone() };
         // Unnamed: ractor's name registry is process-wide, and a simulation
         // runs many nodes in one process.
         match Actor::spawn_linked(None, EndpointActor, args, myself.get_cell()).await {
             Ok((actor, _)) => {
                 self.by_actor.insert(actor.get_id(), endpoint_id.clone());
+                self.tokens.insert(endpoint_id.clone(), token);
                 self.actors.insert(endpoint_id, actor);
             }
             Err(error) => tracing::error!(endpoint = %endpoint_id, %error, "could not start endpoint actor"),
@@ -198,6 +235,7 @@ impl SupervisorState {
         let endpoint_id = self.by_actor.remove(&cell.get_id())?;
         if self.actors.get(&endpoint_id).is_some_and(|a| a.get_id() == cell.get_id()) {
             self.actors.remove(&endpoint_id);
+            self.tokens.remove(&endpoint_id);
         }
         Some(endpoint_id)
     }

@@ -27,6 +27,10 @@ pub const PROPOSE_DEADLINE: Duration = Duration::from_secs(5);
 const LEADER_WAIT: Duration = Duration::from_millis(200);
 /// How long adding a node (catching up as a learner) may take.
 const ADD_NODE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long removing a voter may take. openraft's `change_membership` can
+/// wait forever when leadership moves during the change (found by the
+/// simulator, seed 90071); an admin call must answer.
+const REMOVE_NODE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Where a local write ended.
 pub enum LocalWrite {
@@ -331,7 +335,16 @@ impl ClusterAdmin for MembershipAdmin {
                     voters.len()
                 )));
             }
-            self.raft.change_membership(voters, false).await.map_err(|e| AdminError::Conflict(e.to_string()))?;
+            let change = self.raft.change_membership(voters, false);
+            tokio::time::timeout(REMOVE_NODE_TIMEOUT, change)
+                .await
+                .map_err(|_| {
+                    AdminError::Unavailable(format!(
+                        "removing node {id} did not commit within {} s; it may still: see GET /v1/cluster",
+                        REMOVE_NODE_TIMEOUT.as_secs()
+                    ))
+                })?
+                .map_err(|e| AdminError::Conflict(e.to_string()))?;
             Ok(())
         })
     }

@@ -9,12 +9,18 @@
 //! call on them fails with [`Error::DiskCrashed`], so a not-quite-stopped
 //! node cannot write into its successor's disk.
 //!
-//! Ordered maps only, no threads, no clock, no randomness: the same calls
-//! give the same disk. This module must not create anything of sled's.
+//! A disk can be made slow ([`MemDisk::set_flush_delay`]): each flush then
+//! waits that long on tokio's clock (virtual in the simulator) before its
+//! writes become durable, as an fsync on a busy or failing device would.
+//!
+//! Ordered maps only, no threads, no randomness: the same calls give the
+//! same disk. This module must not create anything of sled's.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use crate::Error;
 use crate::disk::{Batch, BatchOp, Disk, FlushFuture, KeyValue, KvTree, is_empty_range};
@@ -28,6 +34,8 @@ type TreeMap = BTreeMap<Vec<u8>, Vec<u8>>;
 #[derive(Clone, Default)]
 pub struct MemDisk {
     inner: Arc<Mutex<MemState>>,
+    /// How long each flush takes, in ms (0: at once).
+    flush_delay_ms: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for MemDisk {
@@ -99,6 +107,12 @@ impl MemDisk {
         state.live = state.durable.clone();
         state.crashes += 1;
         tracing::debug!(lost_writes = lost, crashes = state.crashes, "in-memory disk crashed");
+    }
+
+    /// Makes every later flush take `delay` before its writes are durable
+    /// (a slow disk); `Duration::ZERO` makes it answer at once again.
+    pub fn set_flush_delay(&self, delay: Duration) {
+        self.flush_delay_ms.store(delay.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Writes made since the last flush: what a crash now would lose.
@@ -204,6 +218,11 @@ impl KvTree for MemTree {
 
     fn flush(&self) -> FlushFuture<'_> {
         Box::pin(async move {
+            let delay_ms = self.disk.flush_delay_ms.load(Ordering::Relaxed);
+            if delay_ms > 0 {
+                // A crash meanwhile kills this handle: the writes stay unflushed.
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            }
             self.state()?.flush();
             Ok(())
         })
@@ -248,6 +267,31 @@ mod tests {
         assert_eq!(tree.get(b"a").expect("get"), Some(b"1".to_vec()));
         assert_eq!(keys(tree.as_ref()), vec![b"a".to_vec(), b"b".to_vec()]);
         assert_eq!((disk.unflushed_writes(), disk.crashes()), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_flush_is_durable_only_when_it_completes() {
+        let disk = MemDisk::new();
+        disk.set_flush_delay(Duration::from_millis(300));
+        let tree = disk.open_tree("t").expect("open");
+        tree.insert(b"a", vec![1]).expect("insert");
+        let started = tokio::time::Instant::now();
+        tree.flush().await.expect("flush");
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        assert_eq!(disk.unflushed_writes(), 0);
+
+        // A crash during a slow flush loses its writes and fails the flush.
+        tree.insert(b"b", vec![2]).expect("insert");
+        let flushing = tokio::spawn({
+            let disk = disk.clone();
+            async move { disk.open_tree("t").expect("open").flush().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        disk.crash();
+        assert!(matches!(flushing.await.expect("join"), Err(Error::DiskCrashed { .. })));
+        let tree = disk.open_tree("t").expect("reopen");
+        assert_eq!(tree.get(b"b").expect("get"), None);
+        assert_eq!(tree.get(b"a").expect("get"), Some(vec![1]));
     }
 
     #[test]
