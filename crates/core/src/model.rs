@@ -187,7 +187,10 @@ pub enum TimelineEntry {
     },
     Attempt {
         at_ms: u64,
-        attempt: AttemptRecord,
+        /// Boxed: the record is five times the size of any other entry, and
+        /// every entry of every timeline would otherwise be as large. A box
+        /// encodes as its content, so the log and snapshot formats are the same.
+        attempt: Box<AttemptRecord>,
     },
     RetryScheduled {
         at_ms: u64,

@@ -48,7 +48,8 @@ impl ClusterState {
             // The attempt was in flight when the delivery ended (a duplicate
             // send that raced a success, or an operator dead-lettered it).
             // Keep the record; only a success may still change a dead delivery.
-            delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: outcome.attempt.clone() });
+            delivery
+                .push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
             delivery.attempt_count = delivery.attempt_count.saturating_add(1);
             if delivery.state == DeliveryState::Dead && outcome.decision == Decision::Delivered {
                 delivery.state = DeliveryState::Delivered;
@@ -61,7 +62,7 @@ impl ClusterState {
         delivery.attempt_count = delivery.attempt_count.saturating_add(1);
         delivery.cycle_attempts = delivery.cycle_attempts.saturating_add(1);
         delivery.updated_at_ms = now_ms;
-        delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: outcome.attempt.clone() });
+        delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
         let mut still_active = true;
         let mut gone = false;
         match &outcome.decision {
