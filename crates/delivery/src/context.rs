@@ -20,6 +20,10 @@ pub trait Ownership: Send + Sync + 'static {
     /// The fencing token of this node's current grant of `shard`, if it owns
     /// the shard and its lease is valid at this instant.
     fn token_for(&self, shard: Shard) -> Option<u64>;
+
+    /// The fencing token of this node's current grant of `shard`, whether
+    /// or not its lease is valid at this instant.
+    fn granted_token(&self, shard: Shard) -> Option<u64>;
 }
 
 /// Deliveries with an attempt under way on this node, so the API can show

@@ -340,13 +340,14 @@ impl EndpointState {
             decision: decision.clone(),
             breaker: transition.map(|_| self.breaker.clone()),
         };
-        // The shard was granted anew while the attempt was out (revoked and
-        // granted back, or the lease lapsed): its outcome will be rejected as
-        // stale, so the delivery stays active in the log and must stay queued
-        // here too, or nothing sends it again (found by the simulator, seed
-        // 200123). The supervisor's reload on a token change covers attempts
-        // that finished before the change.
-        let superseded = self.ctx.ownership.token_for(self.endpoint_id.shard()) != Some(flight.token);
+        // The shard was granted anew while the attempt was out (revoked, and
+        // maybe granted back): its outcome will be rejected as stale, so the
+        // delivery stays active in the log and must stay queued here too, or
+        // nothing sends it again (found by the simulator, seed 200123). The
+        // grant, not the lease: a lease that merely lapsed leaves the token,
+        // and the outcome, valid. The supervisor's reload on a token change
+        // covers attempts that finished before the change.
+        let superseded = self.ctx.ownership.granted_token(self.endpoint_id.shard()) != Some(flight.token);
         match decision {
             Decision::Delivered | Decision::Dead { .. } | Decision::Gone if superseded => {
                 self.queue.push(QueuedDelivery { due_ms: now_ms, ..queued });

@@ -69,6 +69,10 @@ impl Ownership for LeaseOwnership {
         if !self.lease.is_valid(self.clock.monotonic_ms()) {
             return None;
         }
+        self.granted_token(shard)
+    }
+
+    fn granted_token(&self, shard: Shard) -> Option<u64> {
         let grant = self.state.read().shards.get(shard as usize).copied()?;
         (grant.owner == Some(self.node_id)).then_some(grant.token)
     }
