@@ -21,6 +21,9 @@ use std::sync::Arc;
 use crate::Error;
 use crate::group_commit::GroupCommit;
 
+/// The file in a sled 0.34 database directory that holds its pages.
+const SLED_DATA_FILE: &str = "db";
+
 /// sled's page cache size. The log's hot tail and the snapshot fit easily;
 /// sled evicts the rest.
 pub const SLED_CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
@@ -136,7 +139,10 @@ impl SledDisk {
             .flush_every_ms(None)
             .open()
             .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
-        Ok(Self { group_commit: GroupCommit::new(db.clone()), db, path: path.to_path_buf() })
+        // sled keeps its pages in `<path>/db`; the handle is only synced.
+        let data_file = std::fs::File::open(path.join(SLED_DATA_FILE))
+            .map_err(|e| Error::Sync(format!("cannot open {}: {e}", path.join(SLED_DATA_FILE).display())))?;
+        Ok(Self { group_commit: GroupCommit::new(db.clone(), Some(data_file)), db, path: path.to_path_buf() })
     }
 }
 

@@ -41,6 +41,8 @@ pub enum Error {
     TrailingBytes { what: &'static str, extra: usize },
     /// Stored data decoded but contradicts itself (e.g. a log key that does
     /// not match its entry's index).
+    #[error("cannot sync the database file: {0}")]
+    Sync(String),
     #[error("corrupt raft store: {0}")]
     Corrupt(String),
     /// A handle on a [`crate::MemDisk`] was used after the disk crashed:
