@@ -111,11 +111,8 @@ impl Cluster {
         let mut seen = None;
         for node in self.nodes.values() {
             let Some(handle) = &node.handle else { continue };
-            let metrics = handle.raft().metrics().borrow().clone();
-            if !metrics.membership_config.membership().nodes().any(|(id, _)| *id == node.id) {
-                continue;
-            }
-            let leader = metrics.current_leader?;
+            let Some(named) = leader_named_by(node.id, handle.raft()) else { continue };
+            let leader = named?;
             if seen.is_some_and(|s| s != leader) {
                 return None;
             }
@@ -138,6 +135,11 @@ impl Cluster {
         Some(look(&state, applied))
     }
 
+    /// The address node `id` advertises to its peers.
+    pub fn peer_addr(&self, id: NodeId) -> Option<&str> {
+        self.peers.get(&id).map(String::as_str)
+    }
+
     /// Every running node's Raft handle and API, for tasks that must find
     /// the leader while the driver goes on.
     pub fn handles(&self) -> Vec<(NodeId, hookraft_raft::Raft, axum::Router)> {
@@ -153,12 +155,19 @@ impl Cluster {
     }
 }
 
-/// Whether node `id` leads by its own account and is a voter in the
-/// membership it knows (a removed leader keeps naming itself).
-pub fn leads(id: NodeId, raft: &hookraft_raft::Raft) -> bool {
+/// The leader node `id` names (`Some(None)`: none), or `None` when `id`
+/// is not in the membership it knows: a node removed from it keeps its
+/// last view (a removed leader still names itself) and has no say.
+fn leader_named_by(id: NodeId, raft: &hookraft_raft::Raft) -> Option<Option<NodeId>> {
     let metrics = raft.metrics();
     let m = metrics.borrow();
-    m.current_leader == Some(id) && m.membership_config.membership().voter_ids().any(|v| v == id)
+    m.membership_config.membership().nodes().any(|(member, _)| *member == id).then_some(m.current_leader)
+}
+
+/// Whether node `id` leads by its own account, as a member of the
+/// membership it knows.
+pub fn leads(id: NodeId, raft: &hookraft_raft::Raft) -> bool {
+    leader_named_by(id, raft) == Some(Some(id))
 }
 
 /// Calls a node's HTTP API through its router.

@@ -308,7 +308,7 @@ impl Faults {
                 Active::Removed { node, removal, .. } => {
                     self.trace.record(format!("heal re-add n{node}"));
                     let nodes = cluster.handles();
-                    let addr = format!("node{node}:8080");
+                    let addr = cluster.peer_addr(node).unwrap_or_default().to_owned();
                     self.rejoins.push(tokio::spawn(rejoin(nodes, node, addr, removal, self.trace.clone())));
                 }
             }
@@ -335,7 +335,7 @@ async fn rejoin(
     trace: Trace,
 ) -> bool {
     let deadline = tokio::time::Instant::now() + REJOIN_BOUND;
-    if tokio::time::timeout(REJOIN_BOUND, removal).await.is_err() {
+    if tokio::time::timeout_at(deadline, removal).await.is_err() {
         trace.record(format!("the removal of n{node} never answered"));
         return false;
     }

@@ -103,7 +103,6 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
 
 /// Builds the cluster, runs both phases and the checks.
 async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Result<Report> {
-    let trace = trace.clone();
     let mut rng = StdRng::seed_from_u64(options.seed);
     let net = SimNet::new(rng.random(), trace.clone());
     let receivers = Receivers::new(rng.random(), origin, trace.clone());
@@ -140,7 +139,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     if !formed {
         let violation =
             Violation::liveness("formation", format!("no leader with every shard granted after {FORMATION_MS} ms"));
-        return Ok(finish(options.seed, &trace, vec![violation], 0, 0, BTreeMap::new(), elapsed_ms(origin)));
+        return Ok(finish(options.seed, trace, vec![violation], 0, 0, BTreeMap::new(), elapsed_ms(origin)));
     }
 
     let mut workload = Workload::new(rng.random(), options.post_percent, trace.clone());
@@ -204,7 +203,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     }
     Ok(finish(
         options.seed,
-        &trace,
+        trace,
         violations,
         ledger.acked.len(),
         sends.len(),

@@ -45,13 +45,18 @@ pub enum SupervisorMsg {
 
 pub struct DeliverySupervisor;
 
+/// A running endpoint actor.
+struct Running {
+    actor: ActorRef<EndpointMsg>,
+    /// The fencing token its shard had when the actor last loaded its
+    /// deliveries from the replicated state.
+    token: u64,
+}
+
 pub struct SupervisorState {
     ctx: DeliveryContext,
-    actors: BTreeMap<EndpointId, ActorRef<EndpointMsg>>,
+    actors: BTreeMap<EndpointId, Running>,
     by_actor: HashMap<ActorId, EndpointId>,
-    /// The fencing token each actor's shard had when the actor last loaded
-    /// its deliveries from the replicated state.
-    tokens: HashMap<EndpointId, u64>,
     /// Recent restarts per endpoint: (window start, count).
     restarts: HashMap<EndpointId, (u64, u32)>,
 }
@@ -70,13 +75,7 @@ impl Actor for DeliverySupervisor {
         // The handle is detached, not kept: the interval's task ends on its
         // own once a send fails, i.e. when the supervisor has stopped.
         drop(myself.send_interval(REBALANCE_EVERY, || SupervisorMsg::Rebalance));
-        Ok(SupervisorState {
-            ctx,
-            actors: BTreeMap::new(),
-            by_actor: HashMap::new(),
-            tokens: HashMap::new(),
-            restarts: HashMap::new(),
-        })
+        Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
     }
 
     async fn handle(
@@ -88,7 +87,7 @@ impl Actor for DeliverySupervisor {
         match message {
             SupervisorMsg::Wake(batches) => {
                 for (endpoint_id, ids) in batches {
-                    if let Some(actor) = state.actors.get(&endpoint_id) {
+                    if let Some(actor) = state.actor(&endpoint_id) {
                         // A stopped actor's mailbox refuses; its successor reloads from the log.
                         let _ = actor.send_message(EndpointMsg::Enqueue(ids));
                     } else if state.owns(&endpoint_id) {
@@ -97,7 +96,7 @@ impl Actor for DeliverySupervisor {
                 }
             }
             SupervisorMsg::EndpointChanged(endpoint_id) => {
-                if let Some(actor) = state.actors.get(&endpoint_id) {
+                if let Some(actor) = state.actor(&endpoint_id) {
                     let _ = actor.send_message(EndpointMsg::Refresh);
                 } else if state.owns(&endpoint_id) {
                     state.spawn(&myself, endpoint_id).await;
@@ -106,12 +105,7 @@ impl Actor for DeliverySupervisor {
             SupervisorMsg::Rebalance => state.rebalance(&myself).await,
             SupervisorMsg::Resync => {
                 state.rebalance(&myself).await;
-                let active = state.ctx.state.read().active.clone();
-                for (endpoint_id, actor) in &state.actors {
-                    if let Some(ids) = active.get(endpoint_id) {
-                        let _ = actor.send_message(EndpointMsg::Enqueue(ids.iter().cloned().collect()));
-                    }
-                }
+                state.reload(state.actors.keys());
             }
         }
         Ok(())
@@ -155,7 +149,7 @@ impl Actor for DeliverySupervisor {
         _myself: ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
-        for actor in state.actors.values() {
+        for Running { actor, .. } in state.actors.values() {
             actor.stop(Some("supervisor stopping".into()));
         }
         Ok(())
@@ -163,6 +157,22 @@ impl Actor for DeliverySupervisor {
 }
 
 impl SupervisorState {
+    fn actor(&self, endpoint_id: &EndpointId) -> Option<&ActorRef<EndpointMsg>> {
+        self.actors.get(endpoint_id).map(|running| &running.actor)
+    }
+
+    /// Has the actors of `endpoints` queue their endpoint's active
+    /// deliveries from the replicated state (an actor skips what it has
+    /// queued or in flight already).
+    fn reload<'a>(&self, endpoints: impl IntoIterator<Item = &'a EndpointId>) {
+        let state = self.ctx.state.read();
+        for endpoint_id in endpoints {
+            if let (Some(actor), Some(ids)) = (self.actor(endpoint_id), state.active.get(endpoint_id)) {
+                let _ = actor.send_message(EndpointMsg::Enqueue(ids.iter().cloned().collect()));
+            }
+        }
+    }
+
     fn owns(&self, endpoint_id: &EndpointId) -> bool {
         self.ctx.ownership.token_for(endpoint_id.shard()).is_some()
             && self.ctx.state.read().endpoints.get(endpoint_id).is_some_and(|e| !e.disabled)
@@ -188,30 +198,24 @@ impl SupervisorState {
             .into_iter()
             .filter_map(|id| self.ctx.ownership.token_for(id.shard()).map(|token| (id, token)))
             .collect();
-        for (endpoint_id, actor) in &self.actors {
+        for (endpoint_id, Running { actor, .. }) in &self.actors {
             if !wanted.contains_key(endpoint_id) {
                 actor.stop(Some("shard or lease no longer held here".into()));
             }
         }
         let mut regranted = Vec::new();
         for (endpoint_id, token) in &wanted {
-            if !self.actors.contains_key(endpoint_id) {
-                self.spawn(myself, endpoint_id.clone()).await;
-            } else if self.tokens.get(endpoint_id) != Some(token) {
-                regranted.push((endpoint_id, *token));
+            match self.actors.get_mut(endpoint_id) {
+                None => self.spawn(myself, endpoint_id.clone()).await,
+                Some(running) if running.token != *token => {
+                    tracing::debug!(endpoint = %endpoint_id, token, "shard granted anew; reloading its deliveries");
+                    running.token = *token;
+                    regranted.push(endpoint_id);
+                }
+                Some(_) => {}
             }
         }
-        if regranted.is_empty() {
-            return;
-        }
-        let state = self.ctx.state.read();
-        for (endpoint_id, token) in regranted {
-            self.tokens.insert(endpoint_id.clone(), token);
-            if let (Some(actor), Some(ids)) = (self.actors.get(endpoint_id), state.active.get(endpoint_id)) {
-                tracing::debug!(endpoint = %endpoint_id, token, "shard granted anew; reloading its deliveries");
-                let _ = actor.send_message(EndpointMsg::Enqueue(ids.iter().cloned().collect()));
-            }
-        }
+        self.reload(regranted);
     }
 
     async fn spawn(&mut self, myself: &ActorRef<SupervisorMsg>, endpoint_id: EndpointId) {
@@ -224,8 +228,7 @@ impl SupervisorState {
         match Actor::spawn_linked(None, EndpointActor, args, myself.get_cell()).await {
             Ok((actor, _)) => {
                 self.by_actor.insert(actor.get_id(), endpoint_id.clone());
-                self.tokens.insert(endpoint_id.clone(), token);
-                self.actors.insert(endpoint_id, actor);
+                self.actors.insert(endpoint_id, Running { actor, token });
             }
             Err(error) => tracing::error!(endpoint = %endpoint_id, %error, "could not start endpoint actor"),
         }
@@ -233,9 +236,8 @@ impl SupervisorState {
 
     fn forget(&mut self, cell: &ActorCell) -> Option<EndpointId> {
         let endpoint_id = self.by_actor.remove(&cell.get_id())?;
-        if self.actors.get(&endpoint_id).is_some_and(|a| a.get_id() == cell.get_id()) {
+        if self.actor(&endpoint_id).is_some_and(|a| a.get_id() == cell.get_id()) {
             self.actors.remove(&endpoint_id);
-            self.tokens.remove(&endpoint_id);
         }
         Some(endpoint_id)
     }

@@ -140,9 +140,10 @@ impl SledDisk {
             .open()
             .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
         // sled keeps its pages in `<path>/db`; the handle is only synced.
-        let data_file = std::fs::File::open(path.join(SLED_DATA_FILE))
-            .map_err(|e| Error::Sync(format!("cannot open {}: {e}", path.join(SLED_DATA_FILE).display())))?;
-        Ok(Self { group_commit: GroupCommit::new(db.clone(), Some(data_file)), db, path: path.to_path_buf() })
+        let data_path = path.join(SLED_DATA_FILE);
+        let data_file = std::fs::File::open(&data_path)
+            .map_err(|e| Error::Sync(format!("cannot open {}: {e}", data_path.display())))?;
+        Ok(Self { group_commit: GroupCommit::new(db.clone(), data_file), db, path: path.to_path_buf() })
     }
 }
 

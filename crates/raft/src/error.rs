@@ -39,10 +39,11 @@ pub enum Error {
     },
     #[error("{what} has {extra} unexpected trailing bytes")]
     TrailingBytes { what: &'static str, extra: usize },
-    /// Stored data decoded but contradicts itself (e.g. a log key that does
-    /// not match its entry's index).
+    /// sled's data file could not be opened or `fdatasync`ed.
     #[error("cannot sync the database file: {0}")]
     Sync(String),
+    /// Stored data decoded but contradicts itself (e.g. a log key that does
+    /// not match its entry's index).
     #[error("corrupt raft store: {0}")]
     Corrupt(String),
     /// A handle on a [`crate::MemDisk`] was used after the disk crashed:

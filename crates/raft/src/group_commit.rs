@@ -35,9 +35,8 @@ pub(crate) struct GroupCommit {
 
 struct Inner {
     db: sled::Db,
-    /// sled's data file, synced after each of its flushes (`None` in tests
-    /// of the sharing alone).
-    data_file: Option<std::fs::File>,
+    /// sled's data file, synced after each of its flushes.
+    data_file: std::fs::File,
     /// The newest ticket handed out; a ticket is taken after the caller's writes.
     tickets_issued: AtomicU64,
     /// Held while a flush runs; holds the newest ticket a finished flush covered.
@@ -45,7 +44,7 @@ struct Inner {
 }
 
 impl GroupCommit {
-    pub(crate) fn new(db: sled::Db, data_file: Option<std::fs::File>) -> Self {
+    pub(crate) fn new(db: sled::Db, data_file: std::fs::File) -> Self {
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -71,10 +70,7 @@ impl GroupCommit {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || -> Result<(), Error> {
             inner.db.flush()?;
-            if let Some(file) = &inner.data_file {
-                file.sync_data().map_err(|e| Error::Sync(e.to_string()))?;
-            }
-            Ok(())
+            inner.data_file.sync_data().map_err(|e| Error::Sync(e.to_string()))
         })
         .await
         .map_err(|e| Error::Corrupt(format!("the flush thread failed: {e}")))??;
@@ -91,7 +87,8 @@ mod tests {
     async fn two_hundred_concurrent_flushes_all_finish_and_none_hangs() {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = sled::Config::new().path(dir.path()).flush_every_ms(None).open().expect("opens");
-        let group = GroupCommit::new(db.clone(), std::fs::File::open(dir.path().join("db")).ok());
+        let data_file = std::fs::File::open(dir.path().join("db")).expect("sled's data file");
+        let group = GroupCommit::new(db.clone(), data_file);
         let mut tasks = Vec::new();
         for i in 0u32..200 {
             let (group, db) = (group.clone(), db.clone());
