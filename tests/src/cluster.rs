@@ -492,7 +492,7 @@ mod tests {
         {
             let id = EndpointId::parse(text).expect("a valid endpoint id");
             // Ids are canonical (lower case) once parsed; the API answers that form.
-            assert_eq!(shard_of_endpoint(id.as_str()), id.shard(), "{text}");
+            assert_eq!(shard_of_endpoint(&id.as_str()), id.shard(), "{text}");
         }
         assert!(shard_of_endpoint("anything") < SHARD_COUNT);
     }

@@ -27,12 +27,24 @@ fn encode_ulid(value: u128, out: &mut [u8]) {
     }
 }
 
-/// An id's text, inline: ids are copied into every delivery, index and
-/// timeline, and a heap string per copy cost an allocation and about 50
-/// bytes each (docs/benchmarks.md, the backlog scenario). `N` is the prefix
-/// plus the ULID, fixed per kind of id, so the bytes order like the text.
+/// An id's 128 bits, big-endian, so the bytes order like the value and
+/// therefore like the text (a fixed prefix, then a fixed-width base32 of
+/// the value). Ids are copied into every delivery, index and timeline: 16
+/// bytes here against 30 as text, and no heap (docs/benchmarks.md, the
+/// memory of a pending delivery). The text is made when it is asked for.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct IdText<const N: usize>([u8; N]);
+struct Ulid([u8; 16]);
+
+impl Ulid {
+    fn value(self) -> u128 {
+        u128::from_be_bytes(self.0)
+    }
+}
+
+/// An id written out: its prefix and 26 characters, on the stack. Derefs to
+/// `str`; `N` is fixed per kind of id.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IdText<const N: usize>([u8; N]);
 
 impl<const N: usize> IdText<N> {
     fn new(prefix: &str, ulid: u128) -> Self {
@@ -41,9 +53,43 @@ impl<const N: usize> IdText<N> {
         encode_ulid(ulid, &mut bytes[prefix.len()..]);
         Self(bytes)
     }
+}
 
-    fn as_str(&self) -> &str {
+impl<const N: usize> std::ops::Deref for IdText<N> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
         std::str::from_utf8(&self.0).expect("an id is ASCII by construction")
+    }
+}
+
+impl<const N: usize> AsRef<str> for IdText<N> {
+    fn as_ref(&self) -> &str {
+        self
+    }
+}
+
+impl<const N: usize> fmt::Display for IdText<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl<const N: usize> fmt::Debug for IdText<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<const N: usize> PartialEq<str> for IdText<N> {
+    fn eq(&self, other: &str) -> bool {
+        **self == *other
+    }
+}
+
+impl<const N: usize> PartialEq<&str> for IdText<N> {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
     }
 }
 
@@ -117,12 +163,12 @@ pub struct IdParseError {
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $kind:literal) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(IdText<{ $prefix.len() + ULID_CHARS }>);
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Ulid);
 
         impl Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str(self.as_str())
+                serializer.serialize_str(&self.as_str())
             }
         }
 
@@ -142,7 +188,7 @@ macro_rules! prefixed_id {
             }
 
             fn from_ulid(value: u128) -> Self {
-                Self(IdText::new($prefix, value))
+                Self(Ulid(value.to_be_bytes()))
             }
 
             /// Parses an id, checking its prefix and body.
@@ -154,12 +200,12 @@ macro_rules! prefixed_id {
             }
 
             /// The id as text, prefix included.
-            pub fn as_str(&self) -> &str {
-                self.0.as_str()
+            pub fn as_str(&self) -> IdText<{ $prefix.len() + ULID_CHARS }> {
+                IdText::new($prefix, self.ulid())
             }
 
             fn ulid(&self) -> u128 {
-                decode_ulid(&self.as_str()[$prefix.len()..]).expect("ids are validated on construction")
+                self.0.value()
             }
 
             /// Milliseconds since the epoch at which the id was created.
@@ -170,13 +216,13 @@ macro_rules! prefixed_id {
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
+                f.write_str(&self.as_str())
             }
         }
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
+                f.write_str(&self.as_str())
             }
         }
 
@@ -225,8 +271,8 @@ impl EndpointId {
     /// Stable across versions and platforms: it decides ownership.
     pub fn shard(&self) -> Shard {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in self.as_str().bytes() {
-            hash ^= u64::from(byte);
+        for byte in self.as_str().as_bytes() {
+            hash ^= u64::from(*byte);
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
         (hash % u64::from(SHARD_COUNT)) as Shard
@@ -244,7 +290,7 @@ mod tests {
         let id = EventId::generate(1_700_000_000_123, &mut rng);
         assert!(id.as_str().starts_with("evt_"));
         assert_eq!(id.as_str().len(), 4 + 26);
-        assert_eq!(EventId::parse(id.as_str()).unwrap(), id);
+        assert_eq!(EventId::parse(&id.as_str()).unwrap(), id);
         assert_eq!(id.created_at_ms(), 1_700_000_000_123);
     }
 
@@ -252,7 +298,7 @@ mod tests {
     fn parse_rejects_wrong_prefix_length_and_alphabet() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         let id = EndpointId::generate(5, &mut rng);
-        assert!(EventId::parse(id.as_str()).is_err());
+        assert!(EventId::parse(&id.as_str()).is_err());
         assert!(EndpointId::parse("ep_short").is_err());
         assert!(EndpointId::parse("ep_0000000000000000000000000u").is_err());
         assert!(EndpointId::parse("ep_8zzzzzzzzzzzzzzzzzzzzzzzzz").is_err());
@@ -303,7 +349,9 @@ mod tests {
         let mut texts: Vec<String> = ids.iter().map(|id| id.as_str().to_string()).collect();
         ids.sort();
         texts.sort();
-        assert_eq!(ids.iter().map(EndpointId::as_str).collect::<Vec<_>>(), texts);
+        assert_eq!(ids.iter().map(|id| id.as_str().to_string()).collect::<Vec<_>>(), texts);
+        assert_eq!(std::mem::size_of::<DeliveryId>(), 16, "an id is its 128 bits");
+        assert_eq!(std::mem::align_of::<DeliveryId>(), 1, "and adds no padding where it is stored");
     }
 
     #[test]

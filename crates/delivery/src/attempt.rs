@@ -26,7 +26,7 @@ pub struct AttemptPlan {
 pub fn build_request(endpoint: &Endpoint, plan: &AttemptPlan, now_ms: u64, origin: SendOrigin) -> WebhookRequest {
     let timestamp_s = now_ms / 1_000;
     let secrets = endpoint.signing_secrets(now_ms);
-    let signature = signature_header(&secrets, plan.event_id.as_str(), timestamp_s, plan.payload.as_bytes());
+    let signature = signature_header(&secrets, &plan.event_id.as_str(), timestamp_s, plan.payload.as_bytes());
     WebhookRequest {
         url: endpoint.url.clone(),
         headers: vec![
@@ -127,7 +127,7 @@ mod tests {
         let event_id = EventId::generate(now_ms, &mut rng);
         let plan = AttemptPlan {
             delivery_id: DeliveryId::derive(&event_id, &endpoint.id),
-            event_id: event_id.clone(),
+            event_id,
             payload: Arc::from("{\"a\":1}"),
             attempt_number: 3,
         };

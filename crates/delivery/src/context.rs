@@ -35,7 +35,7 @@ pub struct InFlightRegistry {
 
 impl InFlightRegistry {
     pub fn insert(&self, id: &DeliveryId) {
-        self.lock().insert(id.clone());
+        self.lock().insert(*id);
     }
 
     pub fn remove(&self, id: &DeliveryId) {

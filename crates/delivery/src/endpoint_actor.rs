@@ -101,7 +101,7 @@ impl Actor for EndpointActor {
         args: EndpointArgs,
     ) -> Result<EndpointState, ActorProcessingErr> {
         let EndpointArgs { ctx, endpoint_id } = args;
-        let seed = ctx.seed ^ u64::from(endpoint_id.shard()).rotate_left(32) ^ fnv(endpoint_id.as_str());
+        let seed = ctx.seed ^ u64::from(endpoint_id.shard()).rotate_left(32) ^ fnv(&endpoint_id.as_str());
         let mut state = EndpointState {
             endpoint: None,
             queue: DeliveryQueue::default(),
@@ -266,9 +266,9 @@ impl EndpointState {
             };
             let Some(event) = guard.events.get(&delivery.event_id) else { return };
             AttemptPlan {
-                delivery_id: queued.id.clone(),
-                event_id: event.id.clone(),
-                payload: Arc::from(event.payload.as_str()),
+                delivery_id: queued.id,
+                event_id: event.id,
+                payload: Arc::from(&*event.payload),
                 attempt_number: queued.attempt_count + 1,
             }
         };
@@ -278,7 +278,7 @@ impl EndpointState {
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();
         let reply_to = myself.clone();
-        let delivery_id = queued.id.clone();
+        let delivery_id = queued.id;
         let started_mono_ms = clock.monotonic_ms();
         let task = tokio::spawn(async move {
             let result = transport.send(request).await;
@@ -288,8 +288,7 @@ impl EndpointState {
         });
         self.ctx.in_flight.insert(&queued.id);
         DeliveryMetrics::inc(&self.ctx.metrics.attempts_total);
-        self.in_flight
-            .insert(queued.id.clone(), InFlight { queued, token, started_at_ms: now_ms, abort: task.abort_handle() });
+        self.in_flight.insert(queued.id, InFlight { queued, token, started_at_ms: now_ms, abort: task.abort_handle() });
     }
 
     /// Records a finished attempt: breaker, retry decision, outcome to the log.
@@ -327,7 +326,7 @@ impl EndpointState {
             Decision::Gone => DeliveryMetrics::inc(&metrics.gone_total),
         }
         let outcome = Outcome {
-            delivery_id: queued.id.clone(),
+            delivery_id: queued.id,
             shard: self.endpoint_id.shard(),
             token: flight.token,
             attempt: attempt_record(

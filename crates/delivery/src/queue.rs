@@ -32,8 +32,8 @@ impl DeliveryQueue {
         if let Some(old) = self.entries.remove(&delivery.id) {
             self.by_due.remove(&(old.due_ms, old.id));
         }
-        self.by_due.insert((delivery.due_ms, delivery.id.clone()));
-        self.entries.insert(delivery.id.clone(), delivery);
+        self.by_due.insert((delivery.due_ms, delivery.id));
+        self.entries.insert(delivery.id, delivery);
     }
 
     pub fn contains(&self, id: &DeliveryId) -> bool {
@@ -65,7 +65,7 @@ impl DeliveryQueue {
 
     pub fn remove(&mut self, id: &DeliveryId) -> Option<QueuedDelivery> {
         let entry = self.entries.remove(id)?;
-        self.by_due.remove(&(entry.due_ms, entry.id.clone()));
+        self.by_due.remove(&(entry.due_ms, entry.id));
         Some(entry)
     }
 
@@ -81,7 +81,7 @@ mod tests {
     use rand::SeedableRng;
 
     fn queued(id: &DeliveryId, due_ms: u64) -> QueuedDelivery {
-        QueuedDelivery { id: id.clone(), due_ms, attempt_count: 0, cycle_attempts: 0, cycle_started_at_ms: 0 }
+        QueuedDelivery { id: *id, due_ms, attempt_count: 0, cycle_attempts: 0, cycle_started_at_ms: 0 }
     }
 
     fn ids(n: usize) -> Vec<DeliveryId> {

@@ -192,7 +192,7 @@ impl SupervisorState {
         // Ownership reads the state too: ask it only once this guard is gone.
         let enabled: Vec<EndpointId> = {
             let state = self.ctx.state.read();
-            state.endpoints.values().filter(|e| !e.disabled).map(|e| e.id.clone()).collect()
+            state.endpoints.values().filter(|e| !e.disabled).map(|e| e.id).collect()
         };
         let wanted: BTreeMap<EndpointId, u64> = enabled
             .into_iter()
@@ -206,7 +206,7 @@ impl SupervisorState {
         let mut regranted = Vec::new();
         for (endpoint_id, token) in &wanted {
             match self.actors.get_mut(endpoint_id) {
-                None => self.spawn(myself, endpoint_id.clone()).await,
+                None => self.spawn(myself, *endpoint_id).await,
                 Some(running) if running.token != *token => {
                     tracing::debug!(endpoint = %endpoint_id, token, "shard granted anew; reloading its deliveries");
                     running.token = *token;
@@ -222,12 +222,12 @@ impl SupervisorState {
         // Read before the actor loads its deliveries, so a grant applied
         // meanwhile shows as a change at the next rebalance.
         let token = self.ctx.ownership.token_for(endpoint_id.shard()).unwrap_or(0);
-        let args = EndpointArgs { ctx: self.ctx.clone(), endpoint_id: endpoint_id.clone() };
+        let args = EndpointArgs { ctx: self.ctx.clone(), endpoint_id };
         // Unnamed: ractor's name registry is process-wide, and a simulation
         // runs many nodes in one process.
         match Actor::spawn_linked(None, EndpointActor, args, myself.get_cell()).await {
             Ok((actor, _)) => {
-                self.by_actor.insert(actor.get_id(), endpoint_id.clone());
+                self.by_actor.insert(actor.get_id(), endpoint_id);
                 self.actors.insert(endpoint_id, Running { actor, token });
             }
             Err(error) => tracing::error!(endpoint = %endpoint_id, %error, "could not start endpoint actor"),
@@ -245,7 +245,7 @@ impl SupervisorState {
     /// Counts a restart; false when the endpoint has crashed too often lately.
     fn note_restart(&mut self, endpoint_id: &EndpointId) -> bool {
         let now_ms = self.ctx.clock.monotonic_ms();
-        let entry = self.restarts.entry(endpoint_id.clone()).or_insert((now_ms, 0));
+        let entry = self.restarts.entry(*endpoint_id).or_insert((now_ms, 0));
         if now_ms.saturating_sub(entry.0) > RESTART_WINDOW_MS {
             *entry = (now_ms, 0);
         }

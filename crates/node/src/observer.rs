@@ -64,14 +64,14 @@ impl SupervisorLink {
                 self.send(SupervisorMsg::Wake(group(deliveries.iter())));
             }
             (Command::RegisterEndpoint { endpoint }, Response::Ok) => {
-                self.send(SupervisorMsg::EndpointChanged(endpoint.id.clone()))
+                self.send(SupervisorMsg::EndpointChanged(endpoint.id))
             }
             (
                 Command::UpdateEndpoint { id, .. }
                 | Command::DeleteEndpoint { id, .. }
                 | Command::RotateSecret { id, .. },
                 Response::Ok,
-            ) => self.send(SupervisorMsg::EndpointChanged(id.clone())),
+            ) => self.send(SupervisorMsg::EndpointChanged(*id)),
             (Command::AssignShards { .. } | Command::RevokeShards { .. }, Response::ShardsAssigned { .. }) => {
                 self.send(SupervisorMsg::Rebalance)
             }
@@ -83,7 +83,7 @@ impl SupervisorLink {
 fn group<'a>(pairs: impl Iterator<Item = &'a (DeliveryId, EndpointId)>) -> Vec<(EndpointId, Vec<DeliveryId>)> {
     let mut by_endpoint: BTreeMap<EndpointId, Vec<DeliveryId>> = BTreeMap::new();
     for (delivery, endpoint) in pairs {
-        by_endpoint.entry(endpoint.clone()).or_default().push(delivery.clone());
+        by_endpoint.entry(*endpoint).or_default().push(*delivery);
     }
     by_endpoint.into_iter().collect()
 }

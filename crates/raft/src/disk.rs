@@ -24,9 +24,10 @@ use crate::group_commit::GroupCommit;
 /// The file in a sled 0.34 database directory that holds its pages.
 const SLED_DATA_FILE: &str = "db";
 
-/// sled's page cache size. The log's hot tail and the snapshot fit easily;
-/// sled evicts the rest.
-pub const SLED_CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+/// sled's page cache size: the log's hot tail (snapshots are files beside
+/// it). Reads of recent entries are served by the log store's own cache, so
+/// this needs to hold little more than the pages being written.
+pub const SLED_CACHE_CAPACITY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A key and its value, both owned.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
@@ -34,10 +35,19 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 /// The future of [`KvTree::flush`].
 pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 
-/// A disk: a set of named trees sharing one durability point.
+/// The future of [`FileSlot::replace`]: the contents, handed back once durable.
+pub type ReplaceFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, Error>> + Send + 'a>>;
+
+/// A disk: a set of named trees sharing one durability point, and a few
+/// whole files beside them.
 pub trait Disk: Send + Sync {
     /// The tree called `name`, created empty if it does not exist yet.
     fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error>;
+
+    /// The file called `name`, for one value too large for a tree: sled
+    /// keeps every value its trees hold in memory (a snapshot stored in a
+    /// tree cost its whole size again in resident memory, docs/benchmarks.md).
+    fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error>;
 
     /// Names this disk in errors, e.g. `sled database at /var/lib/x`.
     fn describe(&self) -> String;
@@ -70,6 +80,18 @@ pub trait KvTree: Send + Sync {
     /// The durability point: once this resolves, every write made before the
     /// call, to any tree of this disk, survives a crash.
     fn flush(&self) -> FlushFuture<'_>;
+}
+
+/// One file of a [`Disk`], always read and written whole.
+pub trait FileSlot: Send + Sync {
+    /// The contents, or `None` if the file was never written.
+    fn read(&self) -> Result<Option<Vec<u8>>, Error>;
+
+    /// Replaces the contents, atomically and durably: once this resolves the
+    /// new contents survive a crash; until then, and if it fails, the file
+    /// holds its old contents. Independent of the trees' [`KvTree::flush`].
+    /// Hands `contents` back, so a caller keeps its buffer without a copy.
+    fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_>;
 }
 
 /// One write of a [`Batch`].
@@ -152,8 +174,60 @@ impl Disk for SledDisk {
         Ok(Arc::new(SledTree { tree: self.db.open_tree(name)?, group_commit: self.group_commit.clone() }))
     }
 
+    fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
+        Ok(Arc::new(DirFile { dir: self.path.clone(), name: name.to_owned() }))
+    }
+
     fn describe(&self) -> String {
         format!("sled database at {}", self.path.display())
+    }
+}
+
+/// A file of a [`SledDisk`]: `<dir>/<name>`, beside sled's own files.
+struct DirFile {
+    dir: PathBuf,
+    name: String,
+}
+
+impl DirFile {
+    /// Writes `contents` to a temporary file, syncs it, renames it over the
+    /// file and syncs the directory, so the rename itself is durable.
+    fn replace_blocking(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Error> {
+        use std::io::Write;
+        let path = dir.join(name);
+        let temporary = dir.join(format!("{name}.partial"));
+        let io = |what: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::File { what, path, source }
+        };
+        let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
+        file.write_all(contents).map_err(io("write", &temporary))?;
+        file.sync_all().map_err(io("sync", &temporary))?;
+        drop(file);
+        std::fs::rename(&temporary, &path).map_err(io("rename", &path))?;
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync", dir))?;
+        Ok(())
+    }
+}
+
+impl FileSlot for DirFile {
+    fn read(&self) -> Result<Option<Vec<u8>>, Error> {
+        let path = self.dir.join(&self.name);
+        match std::fs::read(&path) {
+            Ok(contents) => Ok(Some(contents)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::File { what: "read", path, source }),
+        }
+    }
+
+    fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_> {
+        let (dir, name) = (self.dir.clone(), self.name.clone());
+        Box::pin(async move {
+            // Hundreds of megabytes and two syncs: off the runtime's workers.
+            tokio::task::spawn_blocking(move || Self::replace_blocking(&dir, &name, &contents).map(|()| contents))
+                .await
+                .map_err(|e| Error::Corrupt(format!("the file writer panicked: {e}")))?
+        })
     }
 }
 
@@ -237,5 +311,25 @@ mod tests {
         assert!(!is_empty_range(Excluded(a), Excluded(b)));
         assert!(!is_empty_range(Unbounded, Excluded(a)));
         assert!(!is_empty_range(Excluded(b), Unbounded));
+    }
+
+    #[tokio::test]
+    async fn a_file_is_replaced_whole_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let disk = SledDisk::open(dir.path()).expect("opens");
+            let file = disk.open_file("blob").expect("file");
+            assert_eq!(file.read().expect("reads"), None);
+            let back = file.replace(b"first".to_vec()).await.expect("writes");
+            assert_eq!(back, b"first", "the buffer comes back");
+            file.replace(b"second, longer".to_vec()).await.expect("writes");
+            assert_eq!(file.read().expect("reads").as_deref(), Some(&b"second, longer"[..]));
+        }
+        let disk = SledDisk::open(dir.path()).expect("reopens");
+        assert_eq!(
+            disk.open_file("blob").expect("file").read().expect("reads").as_deref(),
+            Some(&b"second, longer"[..])
+        );
+        assert!(!dir.path().join("blob.partial").exists(), "no temporary file is left behind");
     }
 }

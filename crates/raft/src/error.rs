@@ -39,6 +39,14 @@ pub enum Error {
     },
     #[error("{what} has {extra} unexpected trailing bytes")]
     TrailingBytes { what: &'static str, extra: usize },
+    /// A whole file beside the database (the snapshot) could not be read or written.
+    #[error("cannot {what} {path}: {source}")]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// sled's data file could not be opened or `fdatasync`ed.
     #[error("cannot sync the database file: {0}")]
     Sync(String),

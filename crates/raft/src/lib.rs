@@ -60,7 +60,7 @@ use std::sync::Arc;
 
 pub use hookraft_core::{ClusterState, Command, Response};
 
-pub use disk::{Batch, BatchOp, Disk, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
+pub use disk::{Batch, BatchOp, Disk, FileSlot, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
 pub use log_command::LogCommand;

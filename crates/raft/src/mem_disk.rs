@@ -9,6 +9,9 @@
 //! call on them fails with [`Error::DiskCrashed`], so a not-quite-stopped
 //! node cannot write into its successor's disk.
 //!
+//! Files ([`Disk::open_file`]) are durable when their replace completes, as
+//! the production disk syncs them itself; a crash never undoes one.
+//!
 //! A disk can be made slow ([`MemDisk::set_flush_delay`]): each flush then
 //! waits that long on tokio's clock (virtual in the simulator) before its
 //! writes become durable, as an fsync on a busy or failing device would.
@@ -23,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::Error;
-use crate::disk::{Batch, BatchOp, Disk, FlushFuture, KeyValue, KvTree, is_empty_range};
+use crate::disk::{Batch, BatchOp, Disk, FileSlot, FlushFuture, KeyValue, KvTree, ReplaceFuture, is_empty_range};
 
 /// One tree's contents.
 type TreeMap = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -59,6 +62,8 @@ struct MemState {
     /// (`None`: removed). Bounded by the number of keys written, since a
     /// rewrite replaces the earlier entry.
     unflushed: BTreeMap<String, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Whole files; each replace is durable when it completes.
+    files: BTreeMap<String, Vec<u8>>,
     /// Crashes so far; a tree handle opened in an earlier epoch is dead.
     crashes: u64,
 }
@@ -138,8 +143,49 @@ impl Disk for MemDisk {
         Ok(Arc::new(MemTree { disk: self.clone(), name: name.to_owned(), epoch }))
     }
 
+    fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
+        let epoch = self.crashes();
+        Ok(Arc::new(MemFile { disk: self.clone(), name: name.to_owned(), epoch }))
+    }
+
     fn describe(&self) -> String {
         "in-memory disk".to_owned()
+    }
+}
+
+/// A file of a [`MemDisk`], alive until the disk's next crash.
+struct MemFile {
+    disk: MemDisk,
+    name: String,
+    /// The disk's crash count when this handle was opened.
+    epoch: u64,
+}
+
+impl MemFile {
+    fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
+        let state = self.disk.lock();
+        if state.crashes != self.epoch {
+            return Err(Error::DiskCrashed { tree: format!("file {}", self.name) });
+        }
+        Ok(state)
+    }
+}
+
+impl FileSlot for MemFile {
+    fn read(&self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.state()?.files.get(&self.name).cloned())
+    }
+
+    fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_> {
+        Box::pin(async move {
+            let delay_ms = self.disk.flush_delay_ms.load(Ordering::Relaxed);
+            if delay_ms > 0 {
+                // A crash meanwhile kills this handle: the old contents stay.
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            }
+            self.state()?.files.insert(self.name.clone(), contents.clone());
+            Ok(contents)
+        })
     }
 }
 
@@ -292,6 +338,26 @@ mod tests {
         let tree = disk.open_tree("t").expect("reopen");
         assert_eq!(tree.get(b"b").expect("get"), None);
         assert_eq!(tree.get(b"a").expect("get"), Some(vec![1]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_replace_is_durable_when_it_completes_and_not_before() {
+        let disk = MemDisk::new();
+        disk.open_file("f").expect("open").replace(b"old".to_vec()).await.expect("writes");
+        disk.set_flush_delay(Duration::from_millis(100));
+        let replacing = tokio::spawn({
+            let disk = disk.clone();
+            async move { disk.open_file("f").expect("open").replace(b"new".to_vec()).await.map(|_| ()) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        disk.crash();
+        assert!(matches!(replacing.await.expect("join"), Err(Error::DiskCrashed { .. })));
+        let file = disk.open_file("f").expect("reopen");
+        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "the interrupted replace left nothing");
+        disk.set_flush_delay(Duration::ZERO);
+        file.replace(b"new".to_vec()).await.expect("writes");
+        disk.crash();
+        assert_eq!(disk.open_file("f").expect("reopen").read().expect("reads").as_deref(), Some(&b"new"[..]));
     }
 
     #[test]

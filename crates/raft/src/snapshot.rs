@@ -3,24 +3,32 @@
 //! A snapshot's bytes are a bincode [`SnapshotPayload`]: the last applied log
 //! id, the last membership and the whole [`ClusterState`]. They travel to
 //! followers unchanged, so the payload is a versioned enum (a shipped variant
-//! is frozen). The current snapshot lives in the disk's tree
-//! `raft_snapshot`: its metadata and its bytes, written together in one
-//! atomic batch and flushed.
+//! is frozen). The current snapshot lives in one file of the disk,
+//! `hookraft-snapshot`: the payload, then its metadata, the metadata's length
+//! and a magic trailer, replaced whole and atomically. (It lived in a sled
+//! tree before; sled keeps every value of its trees in memory, so the state
+//! was resident twice. A snapshot left in that tree by an earlier version is
+//! still read, until the first file replaces it.)
 //!
 //! This module must not decide when to snapshot (openraft does) nor touch
 //! the live state (the state machine does).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode, encode};
-use crate::disk::{Batch, Disk, KvTree};
+use crate::disk::{Batch, Disk, FileSlot, KvTree};
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
-const SNAPSHOT_TREE: &str = "raft_snapshot";
-const KEY_META: &[u8] = b"current_meta";
-const KEY_DATA: &[u8] = b"current_data";
+const SNAPSHOT_FILE: &str = "hookraft-snapshot";
+/// Ends every snapshot file: names the layout, so a truncated or foreign
+/// file is refused instead of misread.
+const FILE_MAGIC: &[u8; 8] = b"hksnap01";
+/// Where earlier versions kept the snapshot, and the keys they used.
+const LEGACY_TREE: &str = "raft_snapshot";
+const LEGACY_KEY_META: &[u8] = b"current_meta";
+const LEGACY_KEY_DATA: &[u8] = b"current_data";
 
 /// What a snapshot's bytes decode to.
 #[derive(Debug, Deserialize)]
@@ -60,56 +68,101 @@ pub(crate) fn decode_payload(
     Ok((last_applied, last_membership, state))
 }
 
+/// Appends the file trailer for `meta` to `payload`; returns the payload's length.
+fn append_trailer(payload: &mut Vec<u8>, meta: &SnapshotMeta) -> Result<usize, Error> {
+    let meta_bytes = encode("snapshot metadata", meta)?;
+    let payload_len = payload.len();
+    payload.extend_from_slice(&meta_bytes);
+    payload.extend_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
+    payload.extend_from_slice(FILE_MAGIC);
+    Ok(payload_len)
+}
+
+/// Splits a snapshot file into its metadata and (in place) its payload.
+fn split_file(mut contents: Vec<u8>) -> Result<StoredSnapshot, Error> {
+    let corrupt = |why: &str| Error::Corrupt(format!("the snapshot file {SNAPSHOT_FILE} {why}"));
+    let Some(body_len) = contents.len().checked_sub(FILE_MAGIC.len() + 4) else {
+        return Err(corrupt("is too short"));
+    };
+    if &contents[body_len + 4..] != FILE_MAGIC {
+        return Err(corrupt("does not end with the snapshot trailer"));
+    }
+    let meta_len = u32::from_le_bytes(contents[body_len..body_len + 4].try_into().expect("four bytes")) as usize;
+    let Some(payload_len) = body_len.checked_sub(meta_len) else {
+        return Err(corrupt("claims more metadata than it holds"));
+    };
+    let meta: SnapshotMeta = decode("snapshot metadata", &contents[payload_len..body_len])?;
+    contents.truncate(payload_len);
+    Ok((meta, contents))
+}
+
+/// A stored snapshot: its metadata and its payload.
+pub(crate) type StoredSnapshot = (SnapshotMeta, Vec<u8>);
+
 /// The durable home of the current snapshot. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SnapshotStore {
-    tree: Arc<dyn KvTree>,
-    /// Serializes compare-and-replace, so a snapshot built concurrently with
-    /// an install never overwrites a newer one. Held only across the disk's
-    /// synchronous calls, never across an await.
-    replace: Arc<Mutex<()>>,
+    file: Arc<dyn FileSlot>,
+    legacy: Arc<dyn KvTree>,
+    /// The last log index of the stored snapshot (`None` inside: none, or one
+    /// of the empty log). Held across a whole compare-and-replace, so a
+    /// snapshot built concurrently with an install never overwrites a newer one.
+    stored: Arc<tokio::sync::Mutex<Option<u64>>>,
 }
 
 impl SnapshotStore {
-    pub(crate) fn open(disk: &dyn Disk) -> Result<Self, Error> {
-        Ok(Self { tree: disk.open_tree(SNAPSHOT_TREE)?, replace: Arc::new(Mutex::new(())) })
+    /// Opens the store and loads the current snapshot, if there is one.
+    pub(crate) fn open(disk: &dyn Disk) -> Result<(Self, Option<StoredSnapshot>), Error> {
+        let mut store =
+            Self { file: disk.open_file(SNAPSHOT_FILE)?, legacy: disk.open_tree(LEGACY_TREE)?, stored: Arc::default() };
+        let current = store.load()?;
+        store.stored = Arc::new(tokio::sync::Mutex::new(current.as_ref().and_then(|(meta, _)| index_of(meta))));
+        Ok((store, current))
     }
 
-    /// The current snapshot's metadata and bytes, if one was saved.
-    pub(crate) fn load(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, Error> {
-        let Some(meta_bytes) = self.tree.get(KEY_META)? else {
+    /// The current snapshot's metadata and payload, if one was saved.
+    pub(crate) fn load(&self) -> Result<Option<StoredSnapshot>, Error> {
+        if let Some(contents) = self.file.read()? {
+            return split_file(contents).map(Some);
+        }
+        let Some(meta_bytes) = self.legacy.get(LEGACY_KEY_META)? else {
             return Ok(None);
         };
         let meta: SnapshotMeta = decode("snapshot metadata", &meta_bytes)?;
         let data = self
-            .tree
-            .get(KEY_DATA)?
+            .legacy
+            .get(LEGACY_KEY_DATA)?
             .ok_or_else(|| Error::Corrupt(format!("snapshot {} has metadata but no data", meta.snapshot_id)))?;
         Ok(Some((meta, data)))
     }
 
-    /// Makes `meta` and `data` the current snapshot and flushes, unless the
+    /// Makes `meta` and `payload` the current snapshot, durably, unless the
     /// stored one is already newer (then nothing is written). Returns whether
-    /// it was stored.
-    pub(crate) async fn save(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<bool, Error> {
-        let meta_bytes = encode("snapshot metadata", meta)?;
-        {
-            let _replacing = self.replace.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(current) = self.tree.get(KEY_META)? {
-                let current: SnapshotMeta = decode("snapshot metadata", &current)?;
-                if current.last_log_id.map(|id| id.index) > meta.last_log_id.map(|id| id.index) {
-                    tracing::debug!(kept = %current, dropped = %meta, "a newer snapshot is already stored");
-                    return Ok(false);
-                }
-            }
-            let mut batch = Batch::default();
-            batch.insert(KEY_META, meta_bytes);
-            batch.insert(KEY_DATA, data.to_vec());
-            self.tree.apply_batch(batch)?;
+    /// it was stored, and hands the payload back.
+    pub(crate) async fn save(&self, meta: &SnapshotMeta, mut payload: Vec<u8>) -> Result<(bool, Vec<u8>), Error> {
+        let mut stored = self.stored.lock().await;
+        if *stored > index_of(meta) {
+            tracing::debug!(kept = ?*stored, dropped = %meta, "a newer snapshot is already stored");
+            return Ok((false, payload));
         }
-        self.tree.flush().await?;
-        Ok(true)
+        let payload_len = append_trailer(&mut payload, meta)?;
+        let mut contents = self.file.replace(payload).await?;
+        contents.truncate(payload_len);
+        *stored = index_of(meta);
+        if self.legacy.get(LEGACY_KEY_META)?.is_some() {
+            // The file takes precedence from now on; the next flush of the
+            // log makes the removal durable, and until then it is harmless.
+            let mut batch = Batch::default();
+            batch.remove(LEGACY_KEY_META);
+            batch.remove(LEGACY_KEY_DATA);
+            self.legacy.apply_batch(batch)?;
+        }
+        Ok((true, contents))
     }
+}
+
+fn index_of(meta: &SnapshotMeta) -> Option<u64> {
+    meta.last_log_id.map(|id| id.index)
 }
 
 #[cfg(test)]
@@ -142,5 +195,56 @@ mod tests {
             snapshot_id: "1-3-1".into(),
         };
         assert!(matches!(decode_payload(&meta, &data), Err(Error::Corrupt(_))));
+    }
+
+    fn meta_at(index: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), index)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: format!("1-{index}-1"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_store_keeps_the_newest_snapshot_and_reopens_to_it() {
+        let disk = crate::MemDisk::new();
+        let (store, current) = SnapshotStore::open(&disk).expect("opens");
+        assert!(current.is_none());
+        let (stored, back) = store.save(&meta_at(5), b"five".to_vec()).await.expect("saves");
+        assert!(stored);
+        assert_eq!(back, b"five", "the payload comes back without its trailer");
+        let (stored, _) = store.save(&meta_at(3), b"three".to_vec()).await.expect("saves");
+        assert!(!stored, "an older snapshot does not replace a newer one");
+        disk.crash();
+        let (_, current) = SnapshotStore::open(&disk).expect("reopens");
+        assert_eq!(current, Some((meta_at(5), b"five".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_left_in_the_old_tree_is_read_until_a_file_replaces_it() {
+        let disk = crate::MemDisk::new();
+        let tree = disk.open_tree(LEGACY_TREE).expect("tree");
+        tree.insert(LEGACY_KEY_META, encode("meta", &meta_at(4)).expect("encodes")).expect("writes");
+        tree.insert(LEGACY_KEY_DATA, b"old".to_vec()).expect("writes");
+        let (store, current) = SnapshotStore::open(&disk).expect("opens");
+        assert_eq!(current, Some((meta_at(4), b"old".to_vec())));
+        let (stored, _) = store.save(&meta_at(2), b"older".to_vec()).await.expect("saves");
+        assert!(!stored, "the legacy snapshot counts as the stored one");
+        store.save(&meta_at(9), b"new".to_vec()).await.expect("saves");
+        assert_eq!(tree.get(LEGACY_KEY_DATA).expect("reads"), None, "the old copy is dropped");
+        assert_eq!(store.load().expect("loads"), Some((meta_at(9), b"new".to_vec())));
+    }
+
+    #[test]
+    fn a_truncated_or_foreign_file_is_corrupt() {
+        let mut contents = b"payload".to_vec();
+        append_trailer(&mut contents, &meta_at(1)).expect("encodes");
+        assert_eq!(split_file(contents.clone()).expect("splits"), (meta_at(1), b"payload".to_vec()));
+        assert!(split_file(contents[..contents.len() - 1].to_vec()).is_err());
+        assert!(split_file(b"short".to_vec()).is_err());
+        let mut lying = b"p".to_vec();
+        lying.extend_from_slice(&1_000u32.to_le_bytes());
+        lying.extend_from_slice(FILE_MAGIC);
+        assert!(split_file(lying).is_err(), "a metadata length past the start");
     }
 }

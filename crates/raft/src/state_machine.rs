@@ -190,8 +190,8 @@ impl StateMachineStore {
     /// Opens the state machine over `disk`, starting from the persisted
     /// snapshot if there is one, else from an empty state.
     pub fn open(disk: &dyn Disk, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
-        let snapshots = SnapshotStore::open(disk)?;
-        let applied = match snapshots.load()? {
+        let (snapshots, current) = SnapshotStore::open(disk)?;
+        let applied = match current {
             Some((meta, data)) => {
                 let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
                 tracing::info!(snapshot = %meta, "state machine restored from snapshot");
@@ -276,7 +276,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             };
             (meta, data)
         };
-        self.snapshots.save(&meta, &data).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        let (_, data) = self.snapshots.save(&meta, data).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
         tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built");
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
@@ -321,7 +321,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let data = snapshot.into_inner();
         let (last_applied, last_membership, state) =
             decode_payload(meta, &data).map_err(snapshot_error(meta, ErrorVerb::Read))?;
-        let stored = self.snapshots.save(meta, &data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        let bytes = data.len();
+        let (stored, _) = self.snapshots.save(meta, data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
         if !stored {
             // Only a snapshot built concurrently from a later applied state
             // can be newer, and openraft installs only past what was applied.
@@ -332,7 +333,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         if let Some(observer) = &self.observer {
             observer.snapshot_installed(&applied.state);
         }
-        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot installed");
+        tracing::info!(snapshot = %meta, bytes, "snapshot installed");
         Ok(())
     }
 

@@ -15,7 +15,7 @@ pub fn check(state: &ClusterState, endpoints: &[SimEndpoint], receivers: &Receiv
             continue;
         }
         let pending =
-            state.active.iter().find(|(id, _)| id.as_str() == endpoint.id).map(|(_, set)| set.len()).unwrap_or(0);
+            state.active.iter().find(|(id, _)| *id.as_str() == *endpoint.id).map(|(_, set)| set.len()).unwrap_or(0);
         if pending > 0 {
             // Who should be sending, and whether its breaker lets it: what a
             // reader of the violation asks first.

@@ -2,8 +2,7 @@
 //! earlier is a prefix of the final one, and an attempt the receiver
 //! answered 2xx in time is never recorded as failed under the same token.
 
-use std::collections::BTreeMap;
-
+use hookraft_core::ids::DeliveryId;
 use hookraft_core::model::TimelineEntry;
 use hookraft_core::state::ClusterState;
 
@@ -21,9 +20,9 @@ pub fn check(earlier: &ClusterState, last: &ClusterState, sends: &[SendRecord]) 
             found.push(Violation::safety("timeline", format!("the timeline of {id} was rewritten")));
         }
     }
-    let by_delivery: BTreeMap<&str, _> = last.deliveries.iter().map(|(id, d)| (id.as_str(), d)).collect();
     for send in sends.iter().filter(|s| s.in_time && s.answered.is_some_and(|c| (200..300).contains(&c))) {
-        let Some(delivery) = by_delivery.get(send.delivery_id.as_str()) else { continue };
+        let Ok(id) = DeliveryId::parse(&send.delivery_id) else { continue };
+        let Some(delivery) = last.deliveries.get(&id) else { continue };
         for entry in &delivery.timeline {
             let TimelineEntry::Attempt { attempt, .. } = entry else { continue };
             let same = attempt.node_id == send.origin.node_id

@@ -106,6 +106,6 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
 async fn replay(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let id: DeliveryId = parse_id(&id)?;
     let now_ms = ctx.clock.wall_ms();
-    commit(&ctx, Command::Replay { now_ms, target: ReplayTarget::Delivery(id.clone()) }).await?;
+    commit(&ctx, Command::Replay { now_ms, target: ReplayTarget::Delivery(id) }).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": id, "state": "pending" }))))
 }

@@ -68,7 +68,7 @@ async fn create(
         rate_limit_per_s: body.rate_limit_per_s.map(validate::rate_limit).transpose()?,
         timeout_ms: validate::timeout_ms(body.timeout_ms.unwrap_or(TIMEOUT_MS_DEFAULT))?,
         retry: body.retry.unwrap_or_default().into_policy()?,
-        ..Endpoint::new(id.clone(), url, secret, now_ms)
+        ..Endpoint::new(id, url, secret, now_ms)
     };
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
     Ok((StatusCode::CREATED, axum::Json(endpoint_view(&ctx, &id)?)))
@@ -131,7 +131,7 @@ async fn update(
         disabled: body.disabled,
     };
     let now_ms = ctx.clock.wall_ms();
-    commit(&ctx, Command::UpdateEndpoint { id: id.clone(), patch, now_ms }).await?;
+    commit(&ctx, Command::UpdateEndpoint { id, patch, now_ms }).await?;
     endpoint_view(&ctx, &id).map(axum::Json)
 }
 

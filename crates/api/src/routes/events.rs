@@ -69,7 +69,7 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
     };
     // Its own statement: the read guard must be gone before `answer` reads
     // again (a guard in an `if let` condition lives through the whole block).
-    let existing = key.as_ref().and_then(|key| ctx.state.read().idempotency.get(key).cloned());
+    let existing = key.as_ref().and_then(|key| ctx.state.read().idempotency.get(key.as_str()).copied());
     if let Some(existing) = existing {
         return answer(ctx, &existing, true);
     }

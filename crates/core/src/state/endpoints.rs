@@ -18,7 +18,7 @@ impl ClusterState {
         if self.endpoints.contains_key(&endpoint.id) {
             return Response::Conflict { detail: format!("endpoint {} already exists", endpoint.id) };
         }
-        self.endpoints.insert(endpoint.id.clone(), endpoint.clone());
+        self.endpoints.insert(endpoint.id, endpoint.clone());
         Response::Ok
     }
 

@@ -13,21 +13,21 @@ impl ClusterState {
 
     fn ingest_one(&mut self, new: &NewEvent, now_ms: u64) -> IngestResult {
         if let Some(key) = &new.idempotency_key
-            && let Some(existing) = self.idempotency.get(key)
+            && let Some(existing) = self.idempotency.get(key.as_str())
         {
-            return IngestResult::Duplicate { event_id: existing.clone() };
+            return IngestResult::Duplicate { event_id: *existing };
         }
         if self.events.contains_key(&new.id) {
             // The same proposal committed twice (a retried forward): idempotent.
-            return IngestResult::Duplicate { event_id: new.id.clone() };
+            return IngestResult::Duplicate { event_id: new.id };
         }
         let targets: Vec<(EndpointId, bool)> = match &new.endpoint_ids {
             Some(ids) => {
                 let mut targets = Vec::with_capacity(ids.len());
                 for id in ids {
                     match self.endpoints.get(id) {
-                        Some(endpoint) => targets.push((id.clone(), endpoint.disabled)),
-                        None => return IngestResult::UnknownEndpoint { endpoint_id: id.clone() },
+                        Some(endpoint) => targets.push((*id, endpoint.disabled)),
+                        None => return IngestResult::UnknownEndpoint { endpoint_id: *id },
                     }
                 }
                 targets.sort();
@@ -38,7 +38,7 @@ impl ClusterState {
                 .endpoints
                 .values()
                 .filter(|e| !e.disabled && e.subscribes_to(&new.event_type))
-                .map(|e| (e.id.clone(), false))
+                .map(|e| (e.id, false))
                 .collect(),
         };
 
@@ -46,9 +46,9 @@ impl ClusterState {
         for (endpoint_id, disabled) in targets {
             let id = DeliveryId::derive(&new.id, &endpoint_id);
             let mut delivery = Delivery {
-                id: id.clone(),
-                event_id: new.id.clone(),
-                endpoint_id: endpoint_id.clone(),
+                id,
+                event_id: new.id,
+                endpoint_id,
                 state: DeliveryState::Pending,
                 initial_state: DeliveryState::Pending,
                 attempt_count: 0,
@@ -68,24 +68,24 @@ impl ClusterState {
             } else {
                 self.index_delivery(&id, &endpoint_id, true);
             }
-            self.deliveries.insert(id.clone(), delivery);
+            self.deliveries.insert(id, delivery);
             created.push((id, endpoint_id));
         }
 
         if let Some(key) = &new.idempotency_key {
-            self.idempotency.insert(key.clone(), new.id.clone());
+            self.idempotency.insert(key.as_str().into(), new.id);
         }
         self.events.insert(
-            new.id.clone(),
+            new.id,
             Event {
-                id: new.id.clone(),
-                event_type: new.event_type.clone(),
-                payload: new.payload.clone(),
+                id: new.id,
+                event_type: new.event_type.as_str().into(),
+                payload: new.payload.as_str().into(),
                 received_at_ms: now_ms,
-                idempotency_key: new.idempotency_key.clone(),
-                deliveries: created.iter().map(|(d, _)| d.clone()).collect(),
+                idempotency_key: new.idempotency_key.as_deref().map(Box::from),
+                deliveries: created.iter().map(|(d, _)| *d).collect(),
             },
         );
-        IngestResult::Created { event_id: new.id.clone(), deliveries: created }
+        IngestResult::Created { event_id: new.id, deliveries: created }
     }
 }

@@ -27,7 +27,7 @@ pub struct ClusterState {
     pub events: BTreeMap<EventId, Event>,
     pub deliveries: BTreeMap<DeliveryId, Delivery>,
     /// Idempotency key → the event it created.
-    pub idempotency: BTreeMap<String, EventId>,
+    pub idempotency: BTreeMap<Box<str>, EventId>,
     /// Non-terminal deliveries of each endpoint: what its actor must work on.
     pub active: BTreeMap<EndpointId, BTreeSet<DeliveryId>>,
     pub nodes: BTreeMap<NodeId, NodeRecord>,
@@ -94,7 +94,7 @@ impl ClusterState {
     /// Marks a delivery active or inactive in the per-endpoint index.
     fn index_delivery(&mut self, delivery: &DeliveryId, endpoint: &EndpointId, active: bool) {
         if active {
-            self.active.entry(endpoint.clone()).or_default().insert(delivery.clone());
+            self.active.entry(*endpoint).or_default().insert(*delivery);
         } else if let Some(set) = self.active.get_mut(endpoint) {
             set.remove(delivery);
             if set.is_empty() {

@@ -32,7 +32,7 @@ impl ClusterState {
 
     fn record_outcome(&mut self, node_id: NodeId, outcome: &Outcome, now_ms: u64) -> Verdict {
         let Some(delivery) = self.deliveries.get(&outcome.delivery_id) else { return Verdict::Ignored };
-        let endpoint_id = delivery.endpoint_id.clone();
+        let endpoint_id = delivery.endpoint_id;
         // The fence: the outcome must come from the current grant of the
         // endpoint's shard, to the node that reports it.
         let grant = self.grant_for(&endpoint_id);
@@ -92,7 +92,7 @@ impl ClusterState {
                 gone = true;
             }
         }
-        let delivery_id = delivery.id.clone();
+        let delivery_id = delivery.id;
         self.index_delivery(&delivery_id, &endpoint_id, still_active);
         if let Some(endpoint) = self.endpoints.get_mut(&endpoint_id) {
             if let Some(breaker) = &outcome.breaker {

@@ -15,12 +15,12 @@ impl ClusterState {
                 if !delivery.state.is_terminal() {
                     return Response::Conflict { detail: format!("delivery {id} is already queued") };
                 }
-                let endpoint_id = delivery.endpoint_id.clone();
+                let endpoint_id = delivery.endpoint_id;
                 if let Some(refused) = self.replay_refusal(&endpoint_id) {
                     return refused;
                 }
                 self.requeue(id, &endpoint_id, now_ms);
-                Response::Replayed { deliveries: vec![(id.clone(), endpoint_id)] }
+                Response::Replayed { deliveries: vec![(*id, endpoint_id)] }
             }
             ReplayTarget::EndpointDead { endpoint_id, since_ms, until_ms } => {
                 if let Some(refused) = self.replay_refusal(endpoint_id) {
@@ -37,12 +37,12 @@ impl ClusterState {
                             && d.created_at_ms >= since
                             && d.created_at_ms < until
                     })
-                    .map(|d| d.id.clone())
+                    .map(|d| d.id)
                     .collect();
                 for id in &chosen {
                     self.requeue(id, endpoint_id, now_ms);
                 }
-                Response::Replayed { deliveries: chosen.into_iter().map(|d| (d, endpoint_id.clone())).collect() }
+                Response::Replayed { deliveries: chosen.into_iter().map(|d| (d, *endpoint_id)).collect() }
             }
         }
     }

@@ -54,7 +54,7 @@ fn created(response: Response) -> Vec<(DeliveryId, EndpointId)> {
 fn outcome(state: &ClusterState, delivery: &DeliveryId, status: Option<u16>, decision: Decision) -> Outcome {
     let endpoint = &state.deliveries[delivery].endpoint_id;
     Outcome {
-        delivery_id: delivery.clone(),
+        delivery_id: *delivery,
         shard: endpoint.shard(),
         token: state.grant_for(endpoint).token,
         attempt: AttemptRecord {
@@ -84,10 +84,10 @@ fn fan_out_follows_event_types_and_skips_disabled_endpoints() {
     let to = |d: Vec<(DeliveryId, EndpointId)>| d.into_iter().map(|(_, e)| e).collect::<BTreeSet<_>>();
     let got_a =
         to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] })));
-    assert_eq!(got_a, BTreeSet::from([a.id.clone(), ab.id.clone(), all.id.clone()]));
+    assert_eq!(got_a, BTreeSet::from([a.id, ab.id, all.id]));
     let got_b =
         to(created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "b", None, None)] })));
-    assert_eq!(got_b, BTreeSet::from([ab.id.clone(), all.id.clone()]));
+    assert_eq!(got_b, BTreeSet::from([ab.id, all.id]));
     state.check_invariants().unwrap();
 }
 
@@ -98,7 +98,7 @@ fn explicit_targets_ignore_types_and_dead_letter_disabled_endpoints() {
     let mut off = endpoint(&mut rng, None);
     off.disabled = true;
     let mut state = state_with(&[a.clone(), off.clone()]);
-    let new = event(&mut rng, "zzz", None, Some(vec![a.id.clone(), off.id.clone(), a.id.clone()]));
+    let new = event(&mut rng, "zzz", None, Some(vec![a.id, off.id, a.id]));
     let deliveries = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![new] }));
     assert_eq!(deliveries.len(), 2, "duplicate targets collapse");
     for (id, endpoint) in &deliveries {
@@ -114,10 +114,8 @@ fn unknown_explicit_target_creates_nothing() {
     let mut rng = StdRng::seed_from_u64(3);
     let mut state = state_with(&[]);
     let ghost = EndpointId::generate(1, &mut rng);
-    let response = state.apply(&Command::IngestEvents {
-        now_ms: 5,
-        events: vec![event(&mut rng, "a", Some("k"), Some(vec![ghost.clone()]))],
-    });
+    let response = state
+        .apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", Some("k"), Some(vec![ghost]))] });
     assert_eq!(response, Response::Ingested { results: vec![IngestResult::UnknownEndpoint { endpoint_id: ghost }] });
     assert!(state.events.is_empty() && state.idempotency.is_empty());
 }
@@ -135,7 +133,7 @@ fn repeated_idempotency_key_in_one_batch_or_later_creates_one_event() {
         panic!()
     };
     assert!(matches!(results[0], IngestResult::Created { .. }));
-    assert_eq!(results[1], IngestResult::Duplicate { event_id: first.id.clone() });
+    assert_eq!(results[1], IngestResult::Duplicate { event_id: first.id });
     assert_eq!(state.events.len(), 1);
     assert_eq!(state.deliveries.len(), 1);
 }
@@ -195,17 +193,17 @@ fn gone_disables_the_endpoint_and_dead_letters_its_queue() {
     let mut state = state_with(std::slice::from_ref(&a));
     let events = (0..3).map(|_| event(&mut rng, "a", None, None)).collect();
     state.apply(&Command::IngestEvents { now_ms: 5, events });
-    let first = state.active[&a.id].iter().next().unwrap().clone();
+    let first = *state.active[&a.id].iter().next().unwrap();
     let o = outcome(&state, &first, Some(410), Decision::Gone);
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
     assert!(state.endpoints[&a.id].disabled);
     assert!(state.deliveries.values().all(|d| d.state == DeliveryState::Dead));
     assert!(!state.active.contains_key(&a.id));
     // Replay is refused until the endpoint is enabled again.
-    let replay = Command::Replay { now_ms: 7, target: ReplayTarget::Delivery(first.clone()) };
+    let replay = Command::Replay { now_ms: 7, target: ReplayTarget::Delivery(first) };
     assert!(matches!(state.apply(&replay), Response::Conflict { .. }));
     let enable = EndpointPatch { disabled: Some(false), ..Default::default() };
-    state.apply(&Command::UpdateEndpoint { id: a.id.clone(), patch: enable, now_ms: 8 });
+    state.apply(&Command::UpdateEndpoint { id: a.id, patch: enable, now_ms: 8 });
     assert!(matches!(state.apply(&replay), Response::Replayed { .. }));
     assert_eq!(state.deliveries[&first].state, DeliveryState::Pending);
     assert_eq!(state.deliveries[&first].cycle_attempts, 0);
@@ -225,7 +223,7 @@ fn bulk_replay_takes_dead_deliveries_in_the_window_only() {
         let o = outcome(&state, &id, Some(500), Decision::Dead { reason: "attempts exhausted".into() });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms, outcomes: vec![o] });
     }
-    let target = |since_ms, until_ms| ReplayTarget::EndpointDead { endpoint_id: a.id.clone(), since_ms, until_ms };
+    let target = |since_ms, until_ms| ReplayTarget::EndpointDead { endpoint_id: a.id, since_ms, until_ms };
     let Response::Replayed { deliveries } =
         state.apply(&Command::Replay { now_ms: 400, target: target(Some(150), Some(300)) })
     else {
@@ -317,7 +315,7 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
             Command::RecordOutcomes { node_id: NODE, now_ms, outcomes: vec![outcome(state, id, Some(500), decision)] }
         }
         4 if !endpoint_ids.is_empty() => {
-            let id = endpoint_ids[rng.random_range(0..endpoint_ids.len())].clone();
+            let id = endpoint_ids[rng.random_range(0..endpoint_ids.len())];
             if rng.random_bool(0.5) {
                 let patch = EndpointPatch { disabled: Some(rng.random_bool(0.5)), ..Default::default() };
                 Command::UpdateEndpoint { id, patch, now_ms }
@@ -329,7 +327,7 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
             }
         }
         5 if !endpoint_ids.is_empty() => {
-            Command::DeleteEndpoint { id: endpoint_ids[rng.random_range(0..endpoint_ids.len())].clone(), now_ms }
+            Command::DeleteEndpoint { id: endpoint_ids[rng.random_range(0..endpoint_ids.len())], now_ms }
         }
         _ => Command::Heartbeat { node_id: NODE, now_ms, lease_ms: 10 },
     }
@@ -363,8 +361,8 @@ fn a_batch_applies_its_commands_in_order_and_answers_each() {
     let commands = vec![
         Command::RegisterEndpoint { endpoint: Box::new(a.clone()) },
         Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", Some("k"), None)] },
-        Command::DeleteEndpoint { id: a.id.clone(), now_ms: 6 },
-        Command::DeleteEndpoint { id: a.id.clone(), now_ms: 7 },
+        Command::DeleteEndpoint { id: a.id, now_ms: 6 },
+        Command::DeleteEndpoint { id: a.id, now_ms: 7 },
     ];
     let expected: Vec<Response> = commands.iter().map(|c| one_by_one.apply(c)).collect();
     assert_eq!(batched.apply(&Command::Batch(commands)), Response::Batch(expected));
