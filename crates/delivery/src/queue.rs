@@ -19,21 +19,42 @@ pub struct QueuedDelivery {
     pub cycle_started_at_ms: u64,
 }
 
+/// A queued delivery without its id, which is its key: an actor of a
+/// down endpoint holds one per pending delivery, and the id is a third of it.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    due_ms: u64,
+    attempt_count: u32,
+    cycle_attempts: u32,
+    cycle_started_at_ms: u64,
+}
+
+impl Waiting {
+    fn of(delivery: &QueuedDelivery) -> Self {
+        let QueuedDelivery { id: _, due_ms, attempt_count, cycle_attempts, cycle_started_at_ms } = *delivery;
+        Self { due_ms, attempt_count, cycle_attempts, cycle_started_at_ms }
+    }
+
+    fn with_id(self, id: DeliveryId) -> QueuedDelivery {
+        let Self { due_ms, attempt_count, cycle_attempts, cycle_started_at_ms } = self;
+        QueuedDelivery { id, due_ms, attempt_count, cycle_attempts, cycle_started_at_ms }
+    }
+}
+
 /// Deliveries waiting for an attempt, earliest first.
 #[derive(Debug, Default)]
 pub struct DeliveryQueue {
     by_due: BTreeSet<(u64, DeliveryId)>,
-    entries: BTreeMap<DeliveryId, QueuedDelivery>,
+    entries: BTreeMap<DeliveryId, Waiting>,
 }
 
 impl DeliveryQueue {
     /// Adds a delivery, or moves it if it is queued already.
     pub fn push(&mut self, delivery: QueuedDelivery) {
-        if let Some(old) = self.entries.remove(&delivery.id) {
-            self.by_due.remove(&(old.due_ms, old.id));
+        if let Some(old) = self.entries.insert(delivery.id, Waiting::of(&delivery)) {
+            self.by_due.remove(&(old.due_ms, delivery.id));
         }
         self.by_due.insert((delivery.due_ms, delivery.id));
-        self.entries.insert(delivery.id, delivery);
     }
 
     pub fn contains(&self, id: &DeliveryId) -> bool {
@@ -60,13 +81,13 @@ impl DeliveryQueue {
             return None;
         }
         let (_, id) = self.by_due.pop_first()?;
-        self.entries.remove(&id)
+        self.entries.remove(&id).map(|waiting| waiting.with_id(id))
     }
 
     pub fn remove(&mut self, id: &DeliveryId) -> Option<QueuedDelivery> {
-        let entry = self.entries.remove(id)?;
-        self.by_due.remove(&(entry.due_ms, entry.id));
-        Some(entry)
+        let waiting = self.entries.remove(id)?;
+        self.by_due.remove(&(waiting.due_ms, *id));
+        Some(waiting.with_id(*id))
     }
 
     pub fn clear(&mut self) {
@@ -125,5 +146,17 @@ mod tests {
         assert!(queue.remove(&ids[0]).is_some());
         assert!(!queue.contains(&ids[0]));
         assert_eq!(queue.pop_due(10).unwrap().id, ids[1]);
+    }
+
+    #[test]
+    fn what_comes_out_is_what_went_in() {
+        let ids = ids(1);
+        let mut queue = DeliveryQueue::default();
+        let delivery =
+            QueuedDelivery { id: ids[0], due_ms: 7, attempt_count: 3, cycle_attempts: 2, cycle_started_at_ms: 4 };
+        queue.push(delivery.clone());
+        assert_eq!(queue.remove(&ids[0]), Some(delivery.clone()));
+        queue.push(delivery.clone());
+        assert_eq!(queue.pop_due(7), Some(delivery));
     }
 }
