@@ -63,12 +63,6 @@ impl<const N: usize> std::ops::Deref for IdText<N> {
     }
 }
 
-impl<const N: usize> AsRef<str> for IdText<N> {
-    fn as_ref(&self) -> &str {
-        self
-    }
-}
-
 impl<const N: usize> fmt::Display for IdText<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self)
@@ -78,18 +72,6 @@ impl<const N: usize> fmt::Display for IdText<N> {
 impl<const N: usize> fmt::Debug for IdText<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
-    }
-}
-
-impl<const N: usize> PartialEq<str> for IdText<N> {
-    fn eq(&self, other: &str) -> bool {
-        **self == *other
-    }
-}
-
-impl<const N: usize> PartialEq<&str> for IdText<N> {
-    fn eq(&self, other: &&str) -> bool {
-        **self == **other
     }
 }
 

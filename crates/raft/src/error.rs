@@ -56,8 +56,8 @@ pub enum Error {
     Corrupt(String),
     /// A handle on a [`crate::MemDisk`] was used after the disk crashed:
     /// the node that opened it is dead and must reopen the disk.
-    #[error("tree {tree} of an in-memory disk was used after the disk crashed")]
-    DiskCrashed { tree: String },
+    #[error("{handle} of an in-memory disk was used after the disk crashed")]
+    DiskCrashed { handle: String },
     /// The single-node network has no transport to other nodes.
     #[error("no transport to node {target}: this node runs as a single-member cluster")]
     NoTransport { target: NodeId },

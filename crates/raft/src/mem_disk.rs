@@ -137,15 +137,50 @@ impl MemDisk {
     }
 }
 
+impl MemDisk {
+    fn handle(&self, kind: &'static str, name: &str) -> Handle {
+        Handle { disk: self.clone(), kind, name: name.to_owned(), epoch: self.crashes() }
+    }
+}
+
+/// A tree's or a file's handle on a [`MemDisk`], alive until the disk's
+/// next crash.
+struct Handle {
+    disk: MemDisk,
+    /// `tree` or `file`: names the handle in errors.
+    kind: &'static str,
+    name: String,
+    /// The disk's crash count when this handle was opened.
+    epoch: u64,
+}
+
+impl Handle {
+    /// The disk's state, if this handle has not outlived a crash.
+    fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
+        let state = self.disk.lock();
+        if state.crashes != self.epoch {
+            return Err(Error::DiskCrashed { handle: format!("{} {}", self.kind, self.name) });
+        }
+        Ok(state)
+    }
+
+    /// Waits out the disk's flush delay, if it is slow. A crash meanwhile
+    /// kills this handle, so what the caller writes next fails instead.
+    async fn wait_flush_delay(&self) {
+        let delay_ms = self.disk.flush_delay_ms.load(Ordering::Relaxed);
+        if delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+    }
+}
+
 impl Disk for MemDisk {
     fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error> {
-        let epoch = self.crashes();
-        Ok(Arc::new(MemTree { disk: self.clone(), name: name.to_owned(), epoch }))
+        Ok(Arc::new(MemTree(self.handle("tree", name))))
     }
 
     fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
-        let epoch = self.crashes();
-        Ok(Arc::new(MemFile { disk: self.clone(), name: name.to_owned(), epoch }))
+        Ok(Arc::new(MemFile(self.handle("file", name))))
     }
 
     fn describe(&self) -> String {
@@ -153,75 +188,41 @@ impl Disk for MemDisk {
     }
 }
 
-/// A file of a [`MemDisk`], alive until the disk's next crash.
-struct MemFile {
-    disk: MemDisk,
-    name: String,
-    /// The disk's crash count when this handle was opened.
-    epoch: u64,
-}
-
-impl MemFile {
-    fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
-        let state = self.disk.lock();
-        if state.crashes != self.epoch {
-            return Err(Error::DiskCrashed { tree: format!("file {}", self.name) });
-        }
-        Ok(state)
-    }
-}
+/// A file of a [`MemDisk`].
+struct MemFile(Handle);
 
 impl FileSlot for MemFile {
     fn read(&self) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.state()?.files.get(&self.name).cloned())
+        Ok(self.0.state()?.files.get(&self.0.name).cloned())
     }
 
     fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_> {
         Box::pin(async move {
-            let delay_ms = self.disk.flush_delay_ms.load(Ordering::Relaxed);
-            if delay_ms > 0 {
-                // A crash meanwhile kills this handle: the old contents stay.
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            }
-            self.state()?.files.insert(self.name.clone(), contents.clone());
+            // A crash during the delay leaves the old contents.
+            self.0.wait_flush_delay().await;
+            self.0.state()?.files.insert(self.0.name.clone(), contents.clone());
             Ok(contents)
         })
     }
 }
 
-/// A tree of a [`MemDisk`], alive until the disk's next crash.
-struct MemTree {
-    disk: MemDisk,
-    name: String,
-    /// The disk's crash count when this handle was opened.
-    epoch: u64,
-}
-
-impl MemTree {
-    /// The disk's state, if this handle has not outlived a crash.
-    fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
-        let state = self.disk.lock();
-        if state.crashes != self.epoch {
-            return Err(Error::DiskCrashed { tree: self.name.clone() });
-        }
-        Ok(state)
-    }
-}
+/// A tree of a [`MemDisk`].
+struct MemTree(Handle);
 
 impl KvTree for MemTree {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        let state = self.state()?;
-        Ok(state.live.get(&self.name).and_then(|tree| tree.get(key)).cloned())
+        let state = self.0.state()?;
+        Ok(state.live.get(&self.0.name).and_then(|tree| tree.get(key)).cloned())
     }
 
     fn insert(&self, key: &[u8], value: Vec<u8>) -> Result<(), Error> {
-        self.state()?.write(&self.name, key.to_vec(), Some(value));
+        self.0.state()?.write(&self.0.name, key.to_vec(), Some(value));
         Ok(())
     }
 
     fn range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, limit: usize) -> Result<Vec<KeyValue>, Error> {
-        let state = self.state()?;
-        let Some(tree) = state.live.get(&self.name) else {
+        let state = self.0.state()?;
+        let Some(tree) = state.live.get(&self.0.name) else {
             return Ok(Vec::new());
         };
         if is_empty_range(start, end) {
@@ -231,32 +232,32 @@ impl KvTree for MemTree {
     }
 
     fn last(&self) -> Result<Option<KeyValue>, Error> {
-        let state = self.state()?;
-        Ok(state.live.get(&self.name).and_then(|tree| tree.last_key_value()).map(|(k, v)| (k.clone(), v.clone())))
+        let state = self.0.state()?;
+        Ok(state.live.get(&self.0.name).and_then(|tree| tree.last_key_value()).map(|(k, v)| (k.clone(), v.clone())))
     }
 
     fn remove_range(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Result<(), Error> {
-        let mut state = self.state()?;
+        let mut state = self.0.state()?;
         if is_empty_range(start, end) {
             return Ok(());
         }
-        let keys: Vec<Vec<u8>> = match state.live.get(&self.name) {
+        let keys: Vec<Vec<u8>> = match state.live.get(&self.0.name) {
             Some(tree) => tree.range::<[u8], _>((start, end)).map(|(k, _)| k.clone()).collect(),
             None => return Ok(()),
         };
         for key in keys {
-            state.write(&self.name, key, None);
+            state.write(&self.0.name, key, None);
         }
         Ok(())
     }
 
     fn apply_batch(&self, batch: Batch) -> Result<(), Error> {
         // Atomic for free: a crash drops all unflushed writes or none.
-        let mut state = self.state()?;
+        let mut state = self.0.state()?;
         for op in batch.into_ops() {
             match op {
-                BatchOp::Insert { key, value } => state.write(&self.name, key, Some(value)),
-                BatchOp::Remove { key } => state.write(&self.name, key, None),
+                BatchOp::Insert { key, value } => state.write(&self.0.name, key, Some(value)),
+                BatchOp::Remove { key } => state.write(&self.0.name, key, None),
             }
         }
         Ok(())
@@ -264,12 +265,9 @@ impl KvTree for MemTree {
 
     fn flush(&self) -> FlushFuture<'_> {
         Box::pin(async move {
-            let delay_ms = self.disk.flush_delay_ms.load(Ordering::Relaxed);
-            if delay_ms > 0 {
-                // A crash meanwhile kills this handle: the writes stay unflushed.
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            }
-            self.state()?.flush();
+            // A crash during the delay leaves the writes unflushed.
+            self.0.wait_flush_delay().await;
+            self.0.state()?.flush();
             Ok(())
         })
     }
