@@ -105,6 +105,7 @@ impl Node {
             None => link.clone(),
         };
         let (log_store, state_machine, state) = hookraft_raft::open(&backend, Some(observer))?;
+        let (log_sizes, snapshot_bytes) = (log_store.size_watch(), state_machine.snapshot_bytes());
 
         let mut config = config;
         if config.advertise.is_none() {
@@ -164,6 +165,13 @@ impl Node {
         let _ = link.supervisor.set(supervisor.clone());
 
         let (shutdown, stop) = watch::channel(false);
+        tokio::spawn(hookraft_raft::log_size::snapshot_when_log_grows(
+            raft.clone(),
+            log_sizes,
+            snapshot_bytes,
+            hookraft_raft::log_size::SNAPSHOT_LOG_BYTES_MIN,
+            stop.clone(),
+        ));
         tokio::spawn(
             lease::LeaseLoop {
                 node_id: config.node_id,

@@ -14,6 +14,8 @@
 //!   per-thread generator that [`seed_thread_rng`] makes deterministic.
 //! - [`log_store`]: [`LogStore`], the Raft log, vote and committed id.
 //!   Appends and votes are flushed before openraft is told they are done.
+//! - [`log_size`]: the stored entries' sizes, and the task that asks for a
+//!   snapshot when the log past the last one grows large.
 //! - [`state_machine`]: [`StateMachineStore`], which applies committed
 //!   [`Command`]s to an in-memory [`ClusterState`], builds and installs
 //!   snapshots (persisted on the disk), and calls an [`ApplyObserver`] after
@@ -42,6 +44,7 @@ pub mod disk;
 pub mod error;
 pub mod http_network;
 pub mod log_command;
+pub mod log_size;
 pub mod log_store;
 pub mod mem_disk;
 pub mod network;

@@ -29,6 +29,7 @@ use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 
 use crate::codec::{decode, encode};
 use crate::disk::{Batch, Disk, KvTree};
+use crate::log_size::LogSizeWatch;
 use crate::recent_entries::RecentEntries;
 use crate::{Entry, Error, LogId, LogState, StorageError, TypeConfig, Vote};
 
@@ -57,6 +58,8 @@ pub struct LogStore {
     meta: Arc<dyn KvTree>,
     /// The log's tail, decoded; shared by every clone like the trees.
     recent: Arc<Mutex<RecentEntries>>,
+    /// Every stored entry's encoded size; see [`crate::log_size`].
+    sizes: LogSizeWatch,
 }
 
 /// The old name of [`LogStore`], from when it only ran on sled.
@@ -95,7 +98,12 @@ impl LogStore {
     /// Opens the log trees of `disk`, checking (or, on a new store, writing)
     /// the format version.
     pub fn open(disk: &dyn Disk) -> Result<Self, Error> {
-        let store = Self { log: disk.open_tree(LOG_TREE)?, meta: disk.open_tree(META_TREE)?, recent: Arc::default() };
+        let store = Self {
+            log: disk.open_tree(LOG_TREE)?,
+            meta: disk.open_tree(META_TREE)?,
+            recent: Arc::default(),
+            sizes: LogSizeWatch::default(),
+        };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
                 let found: u32 = decode("log format version", &bytes)?;
@@ -113,7 +121,18 @@ impl LogStore {
                 store.meta.insert(KEY_FORMAT, encode("log format version", &LOG_FORMAT_VERSION)?)?;
             }
         }
+        {
+            let mut sizes = store.sizes.lock();
+            for (key, value) in store.log.range(Bound::Unbounded, Bound::Unbounded, usize::MAX)? {
+                sizes.appended(index_of_key(&key)?, value.len() as u64);
+            }
+        }
         Ok(store)
+    }
+
+    /// The sizes of the stored entries, for [`crate::log_size::snapshot_when_log_grows`].
+    pub fn size_watch(&self) -> LogSizeWatch {
+        self.sizes.clone()
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(&self, what: &'static str, key: &[u8]) -> Result<Option<T>, Error> {
@@ -189,14 +208,18 @@ impl LogStore {
     fn remove_from(&self, index: u64) -> Result<(), Error> {
         let mut recent = self.recent();
         recent.truncated(index);
-        self.log.remove_range(Bound::Included(&log_key(index)[..]), Bound::Unbounded)
+        self.log.remove_range(Bound::Included(&log_key(index)[..]), Bound::Unbounded)?;
+        self.sizes.lock().truncated(index);
+        Ok(())
     }
 
     /// Removes every entry up to and including `index`.
     fn remove_through(&self, index: u64) -> Result<(), Error> {
         let mut recent = self.recent();
         recent.purged(index);
-        self.log.remove_range(Bound::Unbounded, Bound::Included(&log_key(index)[..]))
+        self.log.remove_range(Bound::Unbounded, Bound::Included(&log_key(index)[..]))?;
+        self.sizes.lock().purged(index);
+        Ok(())
     }
 
     fn insert_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), Error> {
@@ -213,7 +236,16 @@ impl LogStore {
         // sees the two disagree.
         let mut recent = self.recent();
         self.log.apply_batch(batch)?;
+        let total = {
+            let mut sizes = self.sizes.lock();
+            for (entry, bytes) in &written {
+                sizes.appended(entry.log_id.index, *bytes as u64);
+            }
+            sizes.total()
+        };
         recent.appended(written);
+        drop(recent);
+        self.sizes.after_append(total);
         Ok(())
     }
 

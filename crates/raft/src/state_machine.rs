@@ -184,6 +184,9 @@ pub struct StateMachineStore {
     observer: Option<Arc<dyn ApplyObserver>>,
     /// Snapshots built by this process so far; makes snapshot ids unique.
     snapshots_built: Arc<AtomicU64>,
+    /// Bytes of the current snapshot (0 before the first); read by
+    /// [`crate::log_size::snapshot_when_log_grows`].
+    snapshot_bytes: Arc<AtomicU64>,
 }
 
 impl StateMachineStore {
@@ -191,6 +194,7 @@ impl StateMachineStore {
     /// snapshot if there is one, else from an empty state.
     pub fn open(disk: &dyn Disk, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
         let (snapshots, current) = SnapshotStore::open(disk)?;
+        let snapshot_bytes = Arc::new(AtomicU64::new(current.as_ref().map_or(0, |(_, data)| data.len() as u64)));
         let applied = match current {
             Some((meta, data)) => {
                 let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
@@ -200,9 +204,19 @@ impl StateMachineStore {
             None => Applied::default(),
         };
         let applied = Arc::new(RwLock::new(applied));
-        let store =
-            Self { applied: applied.clone(), snapshots, observer, snapshots_built: Arc::new(AtomicU64::new(0)) };
+        let store = Self {
+            applied: applied.clone(),
+            snapshots,
+            observer,
+            snapshots_built: Arc::new(AtomicU64::new(0)),
+            snapshot_bytes,
+        };
         Ok((store, StateHandle { applied }))
+    }
+
+    /// The current snapshot's size in bytes, kept up to date.
+    pub fn snapshot_bytes(&self) -> Arc<AtomicU64> {
+        self.snapshot_bytes.clone()
     }
 
     /// A read-only handle on this state machine's state.
@@ -276,7 +290,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             };
             (meta, data)
         };
-        let (_, data) = self.snapshots.save(&meta, data).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        let (stored, data) = self.snapshots.save(&meta, data).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        if stored {
+            self.snapshot_bytes.store(data.len() as u64, Ordering::Relaxed);
+        }
         tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built");
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
@@ -323,7 +340,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             decode_payload(meta, &data).map_err(snapshot_error(meta, ErrorVerb::Read))?;
         let bytes = data.len();
         let (stored, _) = self.snapshots.save(meta, data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
-        if !stored {
+        if stored {
+            self.snapshot_bytes.store(bytes as u64, Ordering::Relaxed);
+        } else {
             // Only a snapshot built concurrently from a later applied state
             // can be newer, and openraft installs only past what was applied.
             tracing::warn!(snapshot = %meta, "installed a snapshot older than the stored one");

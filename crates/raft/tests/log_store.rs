@@ -35,6 +35,7 @@ fn indexes(entries: &[Entry]) -> Vec<u64> {
 }
 
 async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(backend: &Backend) {
+    let sizes;
     {
         let mut store = open_log(backend);
         store.blocking_append((0..=10).map(|i| entry(1, i))).await.expect("append");
@@ -45,9 +46,14 @@ async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(backen
         store.save_committed(Some(log_id(2, 8))).await.expect("save committed");
         // A final append fsyncs the committed id too.
         store.blocking_append([entry(2, 9)]).await.expect("append");
+        sizes = (store.size_watch().bytes_after(None), store.size_watch().bytes_after(Some(6)));
     }
 
     let mut store = reopen_log(backend);
+    let reopened = (store.size_watch().bytes_after(None), store.size_watch().bytes_after(Some(6)));
+    assert_eq!(reopened, sizes, "the entries' sizes are rebuilt from the disk");
+    assert!(sizes.0 > sizes.1 && sizes.1 > 0, "entries 4..=9 are held, 7..=9 after index 6: {sizes:?}");
+    assert_eq!(store.size_watch().bytes_after(Some(3)), sizes.0, "nothing at or before the purge point is counted");
     let state = store.get_log_state().await.expect("log state");
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
     assert_eq!(state.last_log_id, Some(log_id(2, 9)));

@@ -1,0 +1,208 @@
+//! Snapshots by the log's size, not only its length.
+//!
+//! openraft builds a snapshot every `SnapshotPolicy::LogsSinceLast` entries.
+//! hookraft's entries vary from a heartbeat of a few dozen bytes to an ingest
+//! batch of a thousand events, so a count alone lets the log between two
+//! snapshots grow to hundreds of megabytes, and the disk keeps what the log
+//! holds in memory (sled keeps its trees' values resident): a backlog of
+//! pending deliveries was costing its whole log a second time.
+//!
+//! [`LogSizes`] keeps each stored entry's encoded size; the log store updates
+//! it under the same calls that change the log, and wakes
+//! [`snapshot_when_log_grows`] once the log holds more than
+//! [`SNAPSHOT_LOG_BYTES_MIN`]. That task asks openraft for a snapshot when the
+//! entries past the last snapshot hold more than [`snapshot_due_bytes`]: the
+//! larger of the minimum and a quarter of the last snapshot. The quarter
+//! bounds the write amplification (each byte of log costs at most four bytes
+//! of snapshot written) while the memory the log holds stays a fraction of
+//! the state's.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{Notify, watch};
+
+use crate::Raft;
+
+/// Encoded bytes of log past the last snapshot that always justify a new one.
+pub const SNAPSHOT_LOG_BYTES_MIN: u64 = 64 << 20;
+/// The log past the last snapshot may hold this fraction (1/N) of the last
+/// snapshot's size before the next one, when that is more than the minimum.
+pub const SNAPSHOT_LOG_FRACTION_DIVISOR: u64 = 4;
+
+/// Encoded bytes past the last snapshot at which a new snapshot is due:
+/// `min_bytes`, or a fraction of the last snapshot when that is more.
+pub fn snapshot_due_bytes(min_bytes: u64, last_snapshot_bytes: u64) -> u64 {
+    min_bytes.max(last_snapshot_bytes / SNAPSHOT_LOG_FRACTION_DIVISOR)
+}
+
+/// The encoded size of every entry the log holds, oldest first.
+#[derive(Debug, Default)]
+pub struct LogSizes {
+    /// (index, encoded bytes), indexes strictly increasing.
+    entries: VecDeque<(u64, u64)>,
+    total: u64,
+}
+
+impl LogSizes {
+    /// Records an entry written at `index`, replacing any at or after it.
+    pub fn appended(&mut self, index: u64, bytes: u64) {
+        self.truncated(index);
+        self.entries.push_back((index, bytes));
+        self.total += bytes;
+    }
+
+    /// Forgets every entry from `index` on.
+    pub fn truncated(&mut self, index: u64) {
+        while let Some(&(last, bytes)) = self.entries.back() {
+            if last < index {
+                break;
+            }
+            self.entries.pop_back();
+            self.total -= bytes;
+        }
+    }
+
+    /// Forgets every entry up to and including `index`.
+    pub fn purged(&mut self, index: u64) {
+        while let Some(&(first, bytes)) = self.entries.front() {
+            if first > index {
+                break;
+            }
+            self.entries.pop_front();
+            self.total -= bytes;
+        }
+    }
+
+    /// Bytes of every entry held.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes of the entries after `index` (all of them for `None`).
+    pub fn bytes_after(&self, index: Option<u64>) -> u64 {
+        let Some(index) = index else { return self.total };
+        // Entries are in index order: sum from the newest back.
+        self.entries.iter().rev().take_while(|(i, _)| *i > index).map(|(_, bytes)| bytes).sum()
+    }
+}
+
+/// The log store's sizes, shared with the task that acts on them.
+#[derive(Debug, Clone)]
+pub struct LogSizeWatch {
+    sizes: Arc<Mutex<LogSizes>>,
+    grown: Arc<Notify>,
+    /// The log's size from which appends wake the task.
+    wake_from_bytes: Arc<AtomicU64>,
+}
+
+impl Default for LogSizeWatch {
+    fn default() -> Self {
+        Self {
+            sizes: Arc::default(),
+            grown: Arc::default(),
+            wake_from_bytes: Arc::new(AtomicU64::new(SNAPSHOT_LOG_BYTES_MIN)),
+        }
+    }
+}
+
+impl LogSizeWatch {
+    /// The sizes, for the log store to update.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, LogSizes> {
+        self.sizes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Called by the log store after an append: wakes the task once the log
+    /// is large enough for a snapshot to be worth considering.
+    pub(crate) fn after_append(&self, total: u64) {
+        if total >= self.wake_from_bytes.load(Ordering::Relaxed) {
+            self.grown.notify_one();
+        }
+    }
+
+    /// Bytes of the entries after `index`.
+    pub fn bytes_after(&self, index: Option<u64>) -> u64 {
+        self.lock().bytes_after(index)
+    }
+}
+
+/// Asks `raft` for a snapshot whenever the log past its last snapshot holds
+/// more than [`snapshot_due_bytes`] (of `min_bytes`, production's being
+/// [`SNAPSHOT_LOG_BYTES_MIN`], and of `snapshot_bytes`, the last snapshot's
+/// size kept by the state machine), once per snapshot. Ends when `stop`
+/// turns true or Raft stops.
+pub async fn snapshot_when_log_grows(
+    raft: Raft,
+    log: LogSizeWatch,
+    snapshot_bytes: Arc<AtomicU64>,
+    min_bytes: u64,
+    mut stop: watch::Receiver<bool>,
+) {
+    log.wake_from_bytes.store(min_bytes, Ordering::Relaxed);
+    // The snapshot index at which a snapshot was last asked for: another is
+    // asked for only after that one (or any later one) was built.
+    let mut asked_after: Option<Option<u64>> = None;
+    loop {
+        tokio::select! {
+            () = log.grown.notified() => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        let snapshot_index = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            if metrics.running_state.is_err() {
+                return;
+            }
+            metrics.snapshot.map(|id| id.index)
+        };
+        if asked_after == Some(snapshot_index) {
+            continue;
+        }
+        let since = log.bytes_after(snapshot_index);
+        if since < snapshot_due_bytes(min_bytes, snapshot_bytes.load(Ordering::Relaxed)) {
+            continue;
+        }
+        tracing::info!(log_bytes = since, "the log past the last snapshot is large; building a snapshot");
+        if raft.trigger().snapshot().await.is_err() {
+            return;
+        }
+        asked_after = Some(snapshot_index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracks_appends_truncation_and_purges() {
+        let mut sizes = LogSizes::default();
+        for index in 1..=5 {
+            sizes.appended(index, index * 10);
+        }
+        assert_eq!(sizes.total(), 150);
+        assert_eq!(sizes.bytes_after(Some(3)), 90);
+        assert_eq!(sizes.bytes_after(None), 150);
+        assert_eq!(sizes.bytes_after(Some(9)), 0);
+        sizes.truncated(4);
+        assert_eq!(sizes.total(), 60);
+        sizes.purged(1);
+        assert_eq!((sizes.total(), sizes.bytes_after(Some(0))), (50, 50));
+        // An append over existing entries replaces them and what follows.
+        sizes.appended(3, 7);
+        assert_eq!(sizes.total(), 27);
+        sizes.purged(100);
+        assert_eq!(sizes.total(), 0);
+        sizes.truncated(0);
+        assert_eq!(sizes.total(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_is_due_at_the_minimum_or_a_quarter_of_the_last_one() {
+        let min = SNAPSHOT_LOG_BYTES_MIN;
+        assert_eq!(snapshot_due_bytes(min, 0), min);
+        assert_eq!(snapshot_due_bytes(min, min), min);
+        assert_eq!(snapshot_due_bytes(min, 1 << 30), 1 << 28);
+    }
+}
