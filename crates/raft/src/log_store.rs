@@ -121,13 +121,25 @@ impl LogStore {
                 store.meta.insert(KEY_FORMAT, encode("log format version", &LOG_FORMAT_VERSION)?)?;
             }
         }
-        {
-            let mut sizes = store.sizes.lock();
-            for (key, value) in store.log.range(Bound::Unbounded, Bound::Unbounded, usize::MAX)? {
-                sizes.appended(index_of_key(&key)?, value.len() as u64);
+        store.measure_stored_entries()?;
+        Ok(store)
+    }
+
+    /// Records the size of every entry on the disk, a page at a time so a
+    /// long log is never copied into memory whole.
+    fn measure_stored_entries(&self) -> Result<(), Error> {
+        let mut sizes = self.sizes.lock();
+        let mut next = Some(0u64);
+        while let Some(start) = next {
+            let page = self.log.range(Bound::Included(&log_key(start)[..]), Bound::Unbounded, LOG_READ_ENTRIES_MAX)?;
+            next = None;
+            for (key, value) in &page {
+                let index = index_of_key(key)?;
+                sizes.appended(index, value.len() as u64);
+                next = index.checked_add(1).filter(|_| page.len() == LOG_READ_ENTRIES_MAX);
             }
         }
-        Ok(store)
+        Ok(())
     }
 
     /// The sizes of the stored entries, for [`crate::log_size::snapshot_when_log_grows`].
