@@ -50,7 +50,7 @@ use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_
 
 use fleet::Fleet;
 use load::{Load, Progress};
-use report::{BacklogFigures, NodeUsage, Quantiles, Report};
+use report::{BacklogFigures, BenchUsage, NodeUsage, Quantiles, Report};
 use scenario::Scenario;
 
 /// How often the progress line is printed and delivery progress is polled.
@@ -89,6 +89,11 @@ struct Args {
     #[arg(long)]
     bin: Option<PathBuf>,
 }
+
+/// The same allocator as the node, so the load generator and the fleet
+/// take less of the CPU the node shares with them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<ExitCode> {
@@ -197,6 +202,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     }
 
     let before = deployment.samples();
+    let bench_before = procstat::sample(std::process::id());
     let load = Arc::new(Load {
         urls: deployment.event_urls(),
         events,
@@ -226,6 +232,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let _ = printer.await;
     let wall = origin.elapsed() - ingest_started;
     let after = deployment.samples();
+    let bench_after = procstat::sample(std::process::id());
 
     let delivered = fleet.arrived_among(expected.iter().copied());
     let duplicates = fleet.duplicates();
@@ -252,7 +259,11 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         duplicates,
         lost: expected.len() - delivered,
         unhealthy_requests: fleet.received_unhealthy.load(Ordering::Relaxed),
-        node_usage: usage(&before, &after, wall),
+        node_usage: usage(&before, &after, wall, accepted.len()),
+        bench_usage: bench_before.zip(bench_after).map(|(start, end)| {
+            let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
+            BenchUsage { cpu_s, cpu_percent: 100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON) }
+        }),
         backlog,
     })
 }
@@ -320,6 +331,7 @@ fn usage(
     before: &[(u64, Option<procstat::Sample>)],
     after: &[(u64, Option<procstat::Sample>)],
     wall: Duration,
+    accepted: usize,
 ) -> Vec<NodeUsage> {
     after
         .iter()
@@ -333,6 +345,7 @@ fn usage(
                 rss_peak_mib: end.rss_peak_bytes as f64 / MIB,
                 cpu_s,
                 cpu_percent: 100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON),
+                cpu_us_per_event: 1e6 * cpu_s / accepted.max(1) as f64,
             })
         })
         .collect()

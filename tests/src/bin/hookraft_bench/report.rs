@@ -45,6 +45,17 @@ pub struct NodeUsage {
     pub cpu_s: f64,
     /// CPU time over wall time; 200 means both cores of this machine.
     pub cpu_percent: f64,
+    /// CPU time over accepted events: the node's cost of one event, less
+    /// sensitive than events/s to what else shares the cores.
+    pub cpu_us_per_event: f64,
+}
+
+/// What the benchmark process itself (load generator and receiver fleet)
+/// took of the machine the nodes share with it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchUsage {
+    pub cpu_s: f64,
+    pub cpu_percent: f64,
 }
 
 /// The backlog scenario's own figures.
@@ -93,6 +104,8 @@ pub struct Report {
     pub unhealthy_requests: u64,
     pub node_usage: Vec<NodeUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub bench_usage: Option<BenchUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog: Option<BacklogFigures>,
 }
 
@@ -125,9 +138,12 @@ impl Report {
         for n in &self.node_usage {
             let _ = writeln!(
                 out,
-                "  node {}:    rss {:.0} MiB (peak {:.0}), cpu {:.1} s = {:.0}%",
-                n.node_id, n.rss_mib, n.rss_peak_mib, n.cpu_s, n.cpu_percent
+                "  node {}:    rss {:.0} MiB (peak {:.0}), cpu {:.1} s = {:.0}%, {:.0} µs per event",
+                n.node_id, n.rss_mib, n.rss_peak_mib, n.cpu_s, n.cpu_percent, n.cpu_us_per_event
             );
+        }
+        if let Some(b) = &self.bench_usage {
+            let _ = writeln!(out, "  bench:     load generator and fleet cpu {:.1} s = {:.0}%", b.cpu_s, b.cpu_percent);
         }
         if let Some(b) = &self.backlog {
             let _ = writeln!(

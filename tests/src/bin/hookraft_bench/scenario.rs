@@ -15,6 +15,9 @@ pub enum Scenario {
     Backlog,
     /// 50 endpoints subscribed to every type: each event makes 50 deliveries.
     FanOut,
+    /// The throughput scenario's 100 endpoints, but no event matches any of
+    /// them: the cost of accepting an event alone, without its delivery.
+    IngestOnly,
 }
 
 /// Healthy endpoints of the throughput and isolation scenarios.
@@ -39,13 +42,14 @@ impl Scenario {
             Scenario::Isolation => "isolation",
             Scenario::Backlog => "backlog",
             Scenario::FanOut => "fan-out",
+            Scenario::IngestOnly => "ingest-only",
         }
     }
 
     /// Events posted when `--events` is not given.
     pub fn default_events(self) -> usize {
         match self {
-            Scenario::Throughput | Scenario::Isolation => 60_000,
+            Scenario::Throughput | Scenario::Isolation | Scenario::IngestOnly => 60_000,
             Scenario::Backlog => 1_000_000,
             Scenario::FanOut => 2_000,
         }
@@ -58,7 +62,9 @@ impl Scenario {
             EndpointSpec { behaviour, index, settings }
         };
         match self {
-            Scenario::Throughput => (0..HEALTHY_ENDPOINTS).map(|i| typed("ok", i, json!({}))).collect(),
+            Scenario::Throughput | Scenario::IngestOnly => {
+                (0..HEALTHY_ENDPOINTS).map(|i| typed("ok", i, json!({}))).collect()
+            }
             Scenario::Isolation => {
                 let mut specs: Vec<EndpointSpec> =
                     (0..HEALTHY_ENDPOINTS - 1).map(|i| typed("ok", i, json!({}))).collect();
@@ -89,6 +95,7 @@ impl Scenario {
             Scenario::Isolation => |i| format!("bench.{}", i % (HEALTHY_ENDPOINTS as usize + 1)),
             Scenario::Backlog => |_| "bench.0".to_string(),
             Scenario::FanOut => |_| "fan.out".to_string(),
+            Scenario::IngestOnly => |i| format!("unrouted.{}", i % HEALTHY_ENDPOINTS as usize),
         }
     }
 
@@ -102,6 +109,7 @@ impl Scenario {
             }
             Scenario::Backlog => vec![0],
             Scenario::FanOut => (0..FAN_OUT_ENDPOINTS).collect(),
+            Scenario::IngestOnly => Vec::new(),
         }
     }
 }
@@ -118,7 +126,9 @@ mod tests {
 
     #[test]
     fn every_event_type_matches_exactly_its_targets_subscriptions() {
-        for scenario in [Scenario::Throughput, Scenario::Isolation, Scenario::Backlog, Scenario::FanOut] {
+        for scenario in
+            [Scenario::Throughput, Scenario::Isolation, Scenario::Backlog, Scenario::FanOut, Scenario::IngestOnly]
+        {
             let specs = scenario.endpoints();
             for i in 0..250 {
                 let event_type = (scenario.event_type())(i);
