@@ -18,6 +18,17 @@ pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<
     bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|source| Error::Encode { what, source })
 }
 
+/// Encodes `value` into `writer` as it goes, without a buffer of the whole;
+/// returns the bytes written. `what` names it in the error.
+pub(crate) fn encode_into<T: Serialize>(
+    what: &'static str,
+    value: &T,
+    writer: &mut dyn std::io::Write,
+) -> Result<usize, Error> {
+    bincode::serde::encode_into_std_write(value, &mut { writer }, bincode::config::standard())
+        .map_err(|source| Error::Encode { what, source })
+}
+
 /// Decodes a whole `T` from `bytes`; `what` names it in the error.
 pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, Error> {
     let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
@@ -52,6 +63,15 @@ mod tests {
         let bytes = encode("tuple", &value).expect("encodes");
         let back: (u64, String, Option<Vec<u8>>) = decode("tuple", &bytes).expect("decodes");
         assert_eq!(back, value);
+    }
+
+    #[test]
+    fn encoding_into_a_writer_gives_the_same_bytes_and_counts_them() {
+        let value = (7u64, String::from("seven"), vec![String::from("x"); 100]);
+        let mut written = Vec::new();
+        let count = encode_into("tuple", &value, &mut written).expect("encodes");
+        assert_eq!(written, encode("tuple", &value).expect("encodes"));
+        assert_eq!(count, written.len());
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send
 
 /// The future of [`FileSlot::replace`]: the contents, handed back once durable.
 pub type ReplaceFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, Error>> + Send + 'a>>;
+/// The future of [`NewFile::commit`].
+pub type CommitFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 
 /// A disk: a set of named trees sharing one durability point, and a few
 /// whole files beside them.
@@ -92,6 +94,19 @@ pub trait FileSlot: Send + Sync {
     /// holds its old contents. Independent of the trees' [`KvTree::flush`].
     /// Hands `contents` back, so a caller keeps its buffer without a copy.
     fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_>;
+
+    /// Starts a replacement written a piece at a time, so contents of
+    /// hundreds of megabytes never sit in memory whole. Readers see the old
+    /// contents until [`NewFile::commit`] resolves; dropped uncommitted,
+    /// the replacement changes nothing.
+    fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error>;
+}
+
+/// A replacement of a [`FileSlot`]'s contents being written.
+pub trait NewFile: std::io::Write + Send {
+    /// Makes what was written the file's contents, atomically and durably,
+    /// with the guarantees of [`FileSlot::replace`].
+    fn commit(self: Box<Self>) -> CommitFuture;
 }
 
 /// One write of a [`Batch`].
@@ -194,19 +209,79 @@ impl DirFile {
     /// file and syncs the directory, so the rename itself is durable.
     fn replace_blocking(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Error> {
         use std::io::Write;
+        let temporary = Self::temporary_path(dir, name);
+        let mut file = std::fs::File::create(&temporary).map_err(|source| Error::File {
+            what: "create",
+            path: temporary.clone(),
+            source,
+        })?;
+        file.write_all(contents).map_err(|source| Error::File { what: "write", path: temporary, source })?;
+        Self::install_blocking(dir, name, file)
+    }
+
+    /// `<name>.partial`, where a replacement is written before its rename.
+    fn temporary_path(dir: &Path, name: &str) -> PathBuf {
+        dir.join(format!("{name}.partial"))
+    }
+
+    /// Syncs the written temporary `file`, renames it over the file and
+    /// syncs the directory, so the rename itself is durable.
+    fn install_blocking(dir: &Path, name: &str, file: std::fs::File) -> Result<(), Error> {
         let path = dir.join(name);
-        let temporary = dir.join(format!("{name}.partial"));
+        let temporary = Self::temporary_path(dir, name);
         let io = |what: &'static str, path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::File { what, path, source }
         };
-        let mut file = std::fs::File::create(&temporary).map_err(io("create", &temporary))?;
-        file.write_all(contents).map_err(io("write", &temporary))?;
         file.sync_all().map_err(io("sync", &temporary))?;
         drop(file);
         std::fs::rename(&temporary, &path).map_err(io("rename", &path))?;
         std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync", dir))?;
         Ok(())
+    }
+}
+
+/// Bytes a streamed replacement buffers between writes to its file.
+const NEW_FILE_BUFFER_BYTES: usize = 1 << 20;
+
+/// A streamed replacement of a [`DirFile`]: its temporary file, buffered.
+struct NewDirFile {
+    dir: PathBuf,
+    name: String,
+    file: std::io::BufWriter<std::fs::File>,
+}
+
+impl std::io::Write for NewDirFile {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.file.write(bytes)
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl NewFile for NewDirFile {
+    fn commit(self: Box<Self>) -> CommitFuture {
+        let NewDirFile { dir, name, file } = *self;
+        Box::pin(async move {
+            // Two syncs of up to hundreds of megabytes: off the runtime's workers.
+            tokio::task::spawn_blocking(move || {
+                let temporary = DirFile::temporary_path(&dir, &name);
+                let file = file.into_inner().map_err(|e| Error::File {
+                    what: "write",
+                    path: temporary,
+                    source: e.into_error(),
+                })?;
+                DirFile::install_blocking(&dir, &name, file)
+            })
+            .await
+            .map_err(|e| Error::Corrupt(format!("the file writer panicked: {e}")))?
+        })
     }
 }
 
@@ -228,6 +303,20 @@ impl FileSlot for DirFile {
                 .await
                 .map_err(|e| Error::Corrupt(format!("the file writer panicked: {e}")))?
         })
+    }
+
+    fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error> {
+        let temporary = Self::temporary_path(&self.dir, &self.name);
+        let file = std::fs::File::create(&temporary).map_err(|source| Error::File {
+            what: "create",
+            path: temporary,
+            source,
+        })?;
+        Ok(Box::new(NewDirFile {
+            dir: self.dir.clone(),
+            name: self.name.clone(),
+            file: std::io::BufWriter::with_capacity(NEW_FILE_BUFFER_BYTES, file),
+        }))
     }
 }
 
@@ -330,6 +419,36 @@ mod tests {
             disk.open_file("blob").expect("file").read().expect("reads").as_deref(),
             Some(&b"second, longer"[..])
         );
+        assert!(!dir.path().join("blob.partial").exists(), "no temporary file is left behind");
+    }
+
+    #[tokio::test]
+    async fn a_streamed_replacement_changes_the_file_only_when_committed() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let disk = SledDisk::open(dir.path()).expect("opens");
+            let file = disk.open_file("blob").expect("file");
+            file.replace(b"old".to_vec()).await.expect("writes");
+
+            let mut abandoned = file.begin_replace().expect("begins");
+            abandoned.write_all(b"never committed").expect("writes");
+            drop(abandoned);
+            assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "an uncommitted one changes nothing");
+
+            let mut new = file.begin_replace().expect("begins");
+            // More than the writer's buffer, in pieces.
+            let piece = vec![7u8; 300_000];
+            for _ in 0..5 {
+                new.write_all(&piece).expect("writes");
+            }
+            assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "readers see the old until commit");
+            new.commit().await.expect("commits");
+            assert_eq!(file.read().expect("reads").map(|c| c.len()), Some(1_500_000));
+        }
+        let disk = SledDisk::open(dir.path()).expect("reopens");
+        let contents = disk.open_file("blob").expect("file").read().expect("reads").expect("a file");
+        assert!(contents.len() == 1_500_000 && contents.iter().all(|&b| b == 7));
         assert!(!dir.path().join("blob.partial").exists(), "no temporary file is left behind");
     }
 }

@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::Error;
-use crate::disk::{Batch, BatchOp, Disk, FileSlot, FlushFuture, KeyValue, KvTree, ReplaceFuture, is_empty_range};
+use crate::disk::{
+    Batch, BatchOp, CommitFuture, Disk, FileSlot, FlushFuture, KeyValue, KvTree, NewFile, ReplaceFuture, is_empty_range,
+};
 
 /// One tree's contents.
 type TreeMap = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -155,6 +157,11 @@ struct Handle {
 }
 
 impl Handle {
+    /// Another handle on the same tree or file, of the same crash epoch.
+    fn reopened(&self) -> Handle {
+        Handle { disk: self.disk.clone(), kind: self.kind, name: self.name.clone(), epoch: self.epoch }
+    }
+
     /// The disk's state, if this handle has not outlived a crash.
     fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
         let state = self.disk.lock();
@@ -202,6 +209,41 @@ impl FileSlot for MemFile {
             self.0.wait_flush_delay().await;
             self.0.state()?.files.insert(self.0.name.clone(), contents.clone());
             Ok(contents)
+        })
+    }
+
+    fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error> {
+        // A handle from before a crash fails here, as every other write does.
+        drop(self.0.state()?);
+        Ok(Box::new(NewMemFile { handle: self.0.reopened(), contents: Vec::new() }))
+    }
+}
+
+/// A streamed replacement of a [`MemFile`]: the contents so far.
+struct NewMemFile {
+    handle: Handle,
+    contents: Vec<u8>,
+}
+
+impl std::io::Write for NewMemFile {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.contents.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl NewFile for NewMemFile {
+    fn commit(self: Box<Self>) -> CommitFuture {
+        Box::pin(async move {
+            // As `replace`: a crash during the delay leaves the old contents.
+            self.handle.wait_flush_delay().await;
+            let NewMemFile { handle, contents } = *self;
+            handle.state()?.files.insert(handle.name.clone(), contents);
+            Ok(())
         })
     }
 }
@@ -354,6 +396,38 @@ mod tests {
         assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "the interrupted replace left nothing");
         disk.set_flush_delay(Duration::ZERO);
         file.replace(b"new".to_vec()).await.expect("writes");
+        disk.crash();
+        assert_eq!(disk.open_file("f").expect("reopen").read().expect("reads").as_deref(), Some(&b"new"[..]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_replacement_is_durable_when_committed_and_not_before() {
+        use std::io::Write;
+        let disk = MemDisk::new();
+        let file = disk.open_file("f").expect("open");
+        file.replace(b"old".to_vec()).await.expect("writes");
+        let mut new = file.begin_replace().expect("begins");
+        new.write_all(b"ne").expect("writes");
+        new.write_all(b"w").expect("writes");
+        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "readers see the old until commit");
+        drop(new);
+        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "an uncommitted one changes nothing");
+
+        disk.set_flush_delay(Duration::from_millis(100));
+        let mut new = file.begin_replace().expect("begins");
+        new.write_all(b"new").expect("writes");
+        let committing = tokio::spawn(new.commit());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        disk.crash();
+        assert!(matches!(committing.await.expect("join"), Err(Error::DiskCrashed { .. })));
+        assert!(file.begin_replace().is_err(), "a handle from before the crash writes nothing");
+        let file = disk.open_file("f").expect("reopen");
+        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "the interrupted commit left nothing");
+
+        disk.set_flush_delay(Duration::ZERO);
+        let mut new = file.begin_replace().expect("begins");
+        new.write_all(b"new").expect("writes");
+        new.commit().await.expect("commits");
         disk.crash();
         assert_eq!(disk.open_file("f").expect("reopen").read().expect("reads").as_deref(), Some(&b"new"[..]));
     }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode, encode};
-use crate::disk::{Batch, Disk, FileSlot, KvTree};
+use crate::codec::{decode, encode, encode_into};
+use crate::disk::{Batch, Disk, FileSlot, KvTree, NewFile};
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
 const SNAPSHOT_FILE: &str = "hookraft-snapshot";
@@ -43,7 +43,9 @@ enum SnapshotPayloadRef<'a> {
     V1 { last_applied: &'a Option<LogId>, last_membership: &'a StoredMembership, state: &'a ClusterState },
 }
 
-/// Encodes a snapshot of `state` as of `last_applied`.
+/// Encodes a snapshot of `state` as of `last_applied`, whole in memory (a
+/// node streams it to its file instead: [`SnapshotSave::write`]).
+#[cfg(test)]
 pub(crate) fn encode_payload(
     last_applied: &Option<LogId>,
     last_membership: &StoredMembership,
@@ -70,12 +72,19 @@ pub(crate) fn decode_payload(
 
 /// Appends the file trailer for `meta` to `payload`; returns the payload's length.
 fn append_trailer(payload: &mut Vec<u8>, meta: &SnapshotMeta) -> Result<usize, Error> {
-    let meta_bytes = encode("snapshot metadata", meta)?;
     let payload_len = payload.len();
-    payload.extend_from_slice(&meta_bytes);
-    payload.extend_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
-    payload.extend_from_slice(FILE_MAGIC);
+    payload.extend_from_slice(&trailer(meta)?);
     Ok(payload_len)
+}
+
+/// What follows the payload in the file: the metadata, its length, the magic.
+fn trailer(meta: &SnapshotMeta) -> Result<Vec<u8>, Error> {
+    let meta_bytes = encode("snapshot metadata", meta)?;
+    let mut trailer = Vec::with_capacity(meta_bytes.len() + 4 + FILE_MAGIC.len());
+    trailer.extend_from_slice(&meta_bytes);
+    trailer.extend_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
+    trailer.extend_from_slice(FILE_MAGIC);
+    Ok(trailer)
 }
 
 /// Splits a snapshot file into its metadata and (in place) its payload.
@@ -149,6 +158,12 @@ impl SnapshotStore {
         let mut contents = self.file.replace(payload).await?;
         contents.truncate(payload_len);
         *stored = index_of(meta);
+        self.forget_legacy()?;
+        Ok((true, contents))
+    }
+
+    /// Removes a snapshot an earlier version left in its tree, if any.
+    fn forget_legacy(&self) -> Result<(), Error> {
         if self.legacy.get(LEGACY_KEY_META)?.is_some() {
             // The file takes precedence from now on; the next flush of the
             // log makes the removal durable, and until then it is harmless.
@@ -157,7 +172,63 @@ impl SnapshotStore {
             batch.remove(LEGACY_KEY_DATA);
             self.legacy.apply_batch(batch)?;
         }
-        Ok((true, contents))
+        Ok(())
+    }
+}
+
+/// One streamed save in progress: while it lives no other save or install
+/// runs, so what it finds stored stays so.
+pub(crate) struct SnapshotSave<'a> {
+    store: &'a SnapshotStore,
+    stored: tokio::sync::MutexGuard<'a, Option<u64>>,
+}
+
+/// A snapshot written to its file but not yet made current.
+pub(crate) struct WrittenSnapshot {
+    file: Box<dyn NewFile>,
+    index: Option<u64>,
+    /// The payload's bytes, without the trailer.
+    payload_bytes: u64,
+}
+
+impl SnapshotStore {
+    /// Starts a save that encodes the state straight into the file (see
+    /// [`SnapshotSave::write`]), so a snapshot is never held in memory whole.
+    pub(crate) async fn begin_save(&self) -> SnapshotSave<'_> {
+        SnapshotSave { store: self, stored: self.stored.lock().await }
+    }
+}
+
+impl SnapshotSave<'_> {
+    /// Whether the stored snapshot is newer than one as of `last_applied`:
+    /// then there is nothing to save.
+    pub(crate) fn holds_newer_than(&self, last_applied: &Option<LogId>) -> bool {
+        *self.stored > last_applied.map(|id| id.index)
+    }
+
+    /// Encodes a snapshot of `state` into a new version of the file, not yet
+    /// current: synchronous, so the caller can hold the state's lock.
+    pub(crate) fn write(
+        &self,
+        meta: &SnapshotMeta,
+        last_membership: &StoredMembership,
+        state: &ClusterState,
+    ) -> Result<WrittenSnapshot, Error> {
+        let mut file = self.store.file.begin_replace()?;
+        let last_applied = &meta.last_log_id;
+        let payload = SnapshotPayloadRef::V1 { last_applied, last_membership, state };
+        let payload_bytes = encode_into("snapshot", &payload, &mut *file)? as u64;
+        let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
+        std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
+        Ok(WrittenSnapshot { file, index: index_of(meta), payload_bytes })
+    }
+
+    /// Makes `written` the current snapshot, durably; returns its payload's size.
+    pub(crate) async fn commit(mut self, written: WrittenSnapshot) -> Result<u64, Error> {
+        written.file.commit().await?;
+        *self.stored = written.index;
+        self.store.forget_legacy()?;
+        Ok(written.payload_bytes)
     }
 }
 

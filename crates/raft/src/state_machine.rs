@@ -20,7 +20,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
 use crate::disk::Disk;
-use crate::snapshot::{SnapshotStore, decode_payload, encode_payload};
+use crate::snapshot::{SnapshotStore, decode_payload};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
     TypeConfig,
@@ -277,25 +277,38 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     /// Encodes the state under the read lock (applies wait meanwhile), then
     /// stores the snapshot durably before returning it.
+    /// Encodes the state straight into the snapshot file under the state's
+    /// read lock, then makes the file current. The snapshot is never held in
+    /// memory whole (it is as large as the state). The returned snapshot
+    /// carries no bytes: openraft 0.9 keeps only its metadata, and serves
+    /// followers from [`RaftStateMachine::get_current_snapshot`], which
+    /// reads the file.
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let (meta, data) = {
+        let save = self.snapshots.begin_save().await;
+        let (meta, written) = {
             let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
-            let data = encode_payload(&applied.last_applied, &applied.last_membership, &applied.state)
-                .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
             let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,
                 last_membership: applied.last_membership.clone(),
                 snapshot_id: snapshot_id(applied.last_applied, counter),
             };
-            (meta, data)
+            if save.holds_newer_than(&applied.last_applied) {
+                tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
+                (meta, None)
+            } else {
+                let written = save
+                    .write(&meta, &applied.last_membership, &applied.state)
+                    .map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+                (meta, Some(written))
+            }
         };
-        let (stored, data) = self.snapshots.save(&meta, data).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
-        if stored {
-            self.snapshot_bytes.store(data.len() as u64, Ordering::Relaxed);
+        if let Some(written) = written {
+            let bytes = save.commit(written).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+            self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+            tracing::info!(snapshot = %meta, bytes, "snapshot built");
         }
-        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built");
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
     }
 }
 

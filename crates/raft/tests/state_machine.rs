@@ -57,8 +57,11 @@ async fn snapshot_installed_on_another_store_survives_its_reopen() {
     let (applied, members) = leader.applied_state().await.expect("applied state");
     assert_eq!((applied, members.log_id()), (Some(log_id(4)), &Some(log_id(2))));
 
-    let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
-    assert_eq!(snapshot.meta.snapshot_id, "1-4-1");
+    let built = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
+    assert_eq!(built.meta.snapshot_id, "1-4-1");
+    // The built snapshot went straight to its file; followers are sent the file.
+    let snapshot = leader.get_current_snapshot().await.expect("read").expect("a current snapshot");
+    assert_eq!(snapshot.meta, built.meta);
 
     let follower_log = Arc::new(TokenLog::default());
     {
