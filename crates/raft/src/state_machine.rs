@@ -275,10 +275,9 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    /// Encodes the state under the read lock (applies wait meanwhile), then
-    /// stores the snapshot durably before returning it.
     /// Encodes the state straight into the snapshot file under the state's
-    /// read lock, then makes the file current. The snapshot is never held in
+    /// read lock (applies wait meanwhile), then makes the file current,
+    /// durably, before returning. The snapshot is never held in
     /// memory whole (it is as large as the state). The returned snapshot
     /// carries no bytes: openraft 0.9 keeps only its metadata, and serves
     /// followers from [`RaftStateMachine::get_current_snapshot`], which
