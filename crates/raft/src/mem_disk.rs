@@ -147,6 +147,7 @@ impl MemDisk {
 
 /// A tree's or a file's handle on a [`MemDisk`], alive until the disk's
 /// next crash.
+#[derive(Clone)]
 struct Handle {
     disk: MemDisk,
     /// `tree` or `file`: names the handle in errors.
@@ -157,11 +158,6 @@ struct Handle {
 }
 
 impl Handle {
-    /// Another handle on the same tree or file, of the same crash epoch.
-    fn reopened(&self) -> Handle {
-        Handle { disk: self.disk.clone(), kind: self.kind, name: self.name.clone(), epoch: self.epoch }
-    }
-
     /// The disk's state, if this handle has not outlived a crash.
     fn state(&self) -> Result<MutexGuard<'_, MemState>, Error> {
         let state = self.disk.lock();
@@ -215,7 +211,7 @@ impl FileSlot for MemFile {
     fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error> {
         // A handle from before a crash fails here, as every other write does.
         drop(self.0.state()?);
-        Ok(Box::new(NewMemFile { handle: self.0.reopened(), contents: Vec::new() }))
+        Ok(Box::new(NewMemFile { handle: self.0.clone(), contents: Vec::new() }))
     }
 }
 

@@ -70,13 +70,6 @@ pub(crate) fn decode_payload(
     Ok((last_applied, last_membership, state))
 }
 
-/// Appends the file trailer for `meta` to `payload`; returns the payload's length.
-fn append_trailer(payload: &mut Vec<u8>, meta: &SnapshotMeta) -> Result<usize, Error> {
-    let payload_len = payload.len();
-    payload.extend_from_slice(&trailer(meta)?);
-    Ok(payload_len)
-}
-
 /// What follows the payload in the file: the metadata, its length, the magic.
 fn trailer(meta: &SnapshotMeta) -> Result<Vec<u8>, Error> {
     let meta_bytes = encode("snapshot metadata", meta)?;
@@ -149,16 +142,16 @@ impl SnapshotStore {
     /// stored one is already newer (then nothing is written). Returns whether
     /// it was stored, and hands the payload back.
     pub(crate) async fn save(&self, meta: &SnapshotMeta, mut payload: Vec<u8>) -> Result<(bool, Vec<u8>), Error> {
-        let mut stored = self.stored.lock().await;
-        if *stored > index_of(meta) {
-            tracing::debug!(kept = ?*stored, dropped = %meta, "a newer snapshot is already stored");
+        let mut save = self.begin_save().await;
+        if save.holds_newer_than(&meta.last_log_id) {
+            tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
             return Ok((false, payload));
         }
-        let payload_len = append_trailer(&mut payload, meta)?;
+        let payload_len = payload.len();
+        payload.extend_from_slice(&trailer(meta)?);
         let mut contents = self.file.replace(payload).await?;
         contents.truncate(payload_len);
-        *stored = index_of(meta);
-        self.forget_legacy()?;
+        save.stored(index_of(meta))?;
         Ok((true, contents))
     }
 
@@ -226,9 +219,14 @@ impl SnapshotSave<'_> {
     /// Makes `written` the current snapshot, durably; returns its payload's size.
     pub(crate) async fn commit(mut self, written: WrittenSnapshot) -> Result<u64, Error> {
         written.file.commit().await?;
-        *self.stored = written.index;
-        self.store.forget_legacy()?;
+        self.stored(written.index)?;
         Ok(written.payload_bytes)
+    }
+
+    /// Records that the snapshot up to `index` is now the durable one.
+    fn stored(&mut self, index: Option<u64>) -> Result<(), Error> {
+        *self.stored = index;
+        self.store.forget_legacy()
     }
 }
 
@@ -309,7 +307,7 @@ mod tests {
     #[test]
     fn a_truncated_or_foreign_file_is_corrupt() {
         let mut contents = b"payload".to_vec();
-        append_trailer(&mut contents, &meta_at(1)).expect("encodes");
+        contents.extend_from_slice(&trailer(&meta_at(1)).expect("encodes"));
         assert_eq!(split_file(contents.clone()).expect("splits"), (meta_at(1), b"payload".to_vec()));
         assert!(split_file(contents[..contents.len() - 1].to_vec()).is_err());
         assert!(split_file(b"short".to_vec()).is_err());

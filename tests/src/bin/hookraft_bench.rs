@@ -262,7 +262,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         node_usage: usage(&before, &after, wall, accepted.len()),
         bench_usage: bench_before.zip(bench_after).map(|(start, end)| {
             let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
-            BenchUsage { cpu_s, cpu_percent: 100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON) }
+            BenchUsage { cpu_s, cpu_percent: cpu_percent(cpu_s, wall) }
         }),
         backlog,
     })
@@ -344,9 +344,14 @@ fn usage(
                 rss_mib: end.rss_bytes as f64 / MIB,
                 rss_peak_mib: end.rss_peak_bytes as f64 / MIB,
                 cpu_s,
-                cpu_percent: 100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON),
+                cpu_percent: cpu_percent(cpu_s, wall),
                 cpu_us_per_event: 1e6 * cpu_s / accepted.max(1) as f64,
             })
         })
         .collect()
+}
+
+/// CPU time over wall time, in percent of one core.
+fn cpu_percent(cpu_s: f64, wall: Duration) -> f64 {
+    100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON)
 }
