@@ -68,7 +68,7 @@ pub fn delivery(ctx: &ApiContext, d: &Delivery, with_timeline: bool) -> Value {
         "updated_at": ts(d.updated_at_ms),
     });
     if with_timeline {
-        view["timeline"] = Value::Array(d.timeline.iter().map(timeline_entry).collect());
+        view["timeline"] = Value::Array(d.timeline().iter().map(timeline_entry).collect());
     }
     view
 }

@@ -9,18 +9,23 @@
 //!   `RecordOutcomes` batch of 256 successful attempts, all under the current
 //!   fencing token, so every one is applied.
 //!
+//! - `dense/rebuild_1m`: the rebuild a `DenseMap` of a million deliveries
+//!   (id → boxed record) makes when it has grown by a quarter: the longest
+//!   pause the dense maps add to one `apply`.
+//!
 //! The `apply` benchmarks run each iteration on a fresh clone of the state
 //! (cloned outside the timing) and report throughput in events or outcomes.
 //!
 //! Run: `cargo bench -p hookraft-core --bench hot_paths`
 //! (quicker: append `-- --warm-up-time 1 --measurement-time 3`).
 
+use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use hookraft_core::command::IngestResult;
-use hookraft_core::ids::{EventId, SHARD_COUNT};
+use hookraft_core::ids::{DeliveryId, EventId, SHARD_COUNT};
 use hookraft_core::signing::{self, Secret};
 use hookraft_core::{ClusterState, Command, Response};
 use rand::SeedableRng;
@@ -132,5 +137,21 @@ fn apply_on_a_clone(
     });
 }
 
-criterion_group!(benches, bench_signing, bench_apply);
+/// A rebuild of a million-entry map of boxes, as `DenseMap::insert` makes
+/// one (the map is cloned outside the timing).
+fn bench_dense(c: &mut Criterion) {
+    const ENTRIES: u64 = 1_000_000;
+    let mut rng = StdRng::seed_from_u64(3);
+    let map: BTreeMap<DeliveryId, Box<[u64; 16]>> =
+        (0..ENTRIES).map(|n| (DeliveryId::generate(NOW_MS + n, &mut rng), Box::new([n; 16]))).collect();
+    let mut group = c.benchmark_group("dense");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(ENTRIES));
+    group.bench_function("rebuild_1m", |b| {
+        b.iter_batched(|| map.clone(), |map| map.into_iter().collect::<BTreeMap<_, _>>(), BatchSize::LargeInput)
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_signing, bench_apply, bench_dense);
 criterion_main!(benches);

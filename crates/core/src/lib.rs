@@ -11,6 +11,7 @@
 //! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
 //! - [`command`]: the replicated commands and their responses.
 //! - [`state`]: `ClusterState` and its deterministic `apply`.
+//! - [`dense`]: ordered maps and sets kept dense while keys arrive in order.
 //!
 //! This crate reads no clock, draws from no global RNG and does no IO: time
 //! and randomness are arguments. It must not depend on tokio, axum, reqwest,
@@ -21,6 +22,7 @@ pub mod breaker;
 pub mod breaks;
 pub mod clock;
 pub mod command;
+pub mod dense;
 pub mod ids;
 pub mod model;
 pub mod ratelimit;

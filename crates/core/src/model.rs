@@ -219,7 +219,12 @@ pub enum TimelineEntry {
 }
 
 /// The delivery of one event to one endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Encoded with its whole timeline, `Received` first (see [`Delivery::timeline`]);
+/// in memory the `Received` entry is implied by `created_at_ms`, so a pending
+/// delivery holds no timeline allocation at all.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "wire::DeliveryWire")]
 pub struct Delivery {
     pub id: DeliveryId,
     pub event_id: EventId,
@@ -238,30 +243,153 @@ pub struct Delivery {
     pub cycle_started_at_ms: u64,
     /// When the next attempt is due (pending and retrying deliveries).
     pub next_attempt_at_ms: Option<u64>,
+    /// When it was received; also the time of its timeline's first entry.
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
-    pub timeline: Vec<TimelineEntry>,
+    /// The timeline after its first entry, `Received { at_ms: created_at_ms }`.
+    pub history: Vec<TimelineEntry>,
 }
 
 impl Delivery {
-    /// Appends to the timeline, keeping it within [`TIMELINE_ENTRIES_MAX`] by
-    /// folding the oldest entries after `Received` into one `Truncated` marker.
+    /// The whole timeline: `Received`, then the history.
+    pub fn timeline(&self) -> Vec<TimelineEntry> {
+        std::iter::once(TimelineEntry::Received { at_ms: self.created_at_ms })
+            .chain(self.history.iter().cloned())
+            .collect()
+    }
+
+    /// Appends to the timeline, keeping it within [`TIMELINE_ENTRIES_MAX`]
+    /// entries (its `Received` entry included) by folding the oldest entries
+    /// of its history into one `Truncated` marker.
     pub fn push_timeline(&mut self, entry: TimelineEntry) {
-        self.timeline.push(entry);
-        if self.timeline.len() > TIMELINE_ENTRIES_MAX {
+        self.history.push(entry);
+        if self.history.len() + 1 > TIMELINE_ENTRIES_MAX {
             let at_ms = self.updated_at_ms;
-            let (dropped_before, start) = match self.timeline.get(1) {
-                Some(TimelineEntry::Truncated { dropped, .. }) => (*dropped, 2),
-                _ => (0, 1),
+            let (dropped_before, start) = match self.history.first() {
+                Some(TimelineEntry::Truncated { dropped, .. }) => (*dropped, 1),
+                _ => (0, 0),
             };
-            let drop = self.timeline.len() - TIMELINE_ENTRIES_MAX + 1;
-            self.timeline.drain(start..start + drop);
+            let drop = self.history.len() + 1 - TIMELINE_ENTRIES_MAX + 1;
+            self.history.drain(start..start + drop);
             let marker = TimelineEntry::Truncated { at_ms, dropped: dropped_before + drop as u64 };
-            if start == 2 {
-                self.timeline[1] = marker;
+            if start == 1 {
+                self.history[0] = marker;
             } else {
-                self.timeline.insert(1, marker);
+                self.history.insert(0, marker);
             }
+        }
+    }
+}
+
+impl Serialize for Delivery {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        wire::DeliveryRef::of(self).serialize(serializer)
+    }
+}
+
+/// The encoded form of a [`Delivery`]: its fields in order, the timeline whole.
+mod wire {
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Serialize, Serializer};
+
+    use super::{Delivery, DeliveryState, TimelineEntry};
+    use crate::ids::{DeliveryId, EndpointId, EventId};
+
+    #[derive(Serialize)]
+    #[serde(rename = "Delivery")]
+    pub(super) struct DeliveryRef<'a> {
+        id: &'a DeliveryId,
+        event_id: &'a EventId,
+        endpoint_id: &'a EndpointId,
+        state: DeliveryState,
+        initial_state: DeliveryState,
+        attempt_count: u32,
+        cycle_attempts: u32,
+        cycle_started_at_ms: u64,
+        next_attempt_at_ms: Option<u64>,
+        created_at_ms: u64,
+        updated_at_ms: u64,
+        timeline: WholeTimeline<'a>,
+    }
+
+    impl<'a> DeliveryRef<'a> {
+        pub(super) fn of(d: &'a Delivery) -> Self {
+            Self {
+                id: &d.id,
+                event_id: &d.event_id,
+                endpoint_id: &d.endpoint_id,
+                state: d.state,
+                initial_state: d.initial_state,
+                attempt_count: d.attempt_count,
+                cycle_attempts: d.cycle_attempts,
+                cycle_started_at_ms: d.cycle_started_at_ms,
+                next_attempt_at_ms: d.next_attempt_at_ms,
+                created_at_ms: d.created_at_ms,
+                updated_at_ms: d.updated_at_ms,
+                timeline: WholeTimeline { received_at_ms: d.created_at_ms, history: &d.history },
+            }
+        }
+    }
+
+    /// Encodes as the sequence `Received`, then the history.
+    struct WholeTimeline<'a> {
+        received_at_ms: u64,
+        history: &'a [TimelineEntry],
+    }
+
+    impl Serialize for WholeTimeline<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut seq = serializer.serialize_seq(Some(self.history.len() + 1))?;
+            seq.serialize_element(&TimelineEntry::Received { at_ms: self.received_at_ms })?;
+            for entry in self.history {
+                seq.serialize_element(entry)?;
+            }
+            seq.end()
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename = "Delivery")]
+    pub(super) struct DeliveryWire {
+        id: DeliveryId,
+        event_id: EventId,
+        endpoint_id: EndpointId,
+        state: DeliveryState,
+        initial_state: DeliveryState,
+        attempt_count: u32,
+        cycle_attempts: u32,
+        cycle_started_at_ms: u64,
+        next_attempt_at_ms: Option<u64>,
+        created_at_ms: u64,
+        updated_at_ms: u64,
+        timeline: Vec<TimelineEntry>,
+    }
+
+    impl TryFrom<DeliveryWire> for Delivery {
+        type Error = String;
+
+        fn try_from(w: DeliveryWire) -> Result<Self, String> {
+            let mut timeline = w.timeline;
+            match timeline.first() {
+                Some(TimelineEntry::Received { at_ms }) if *at_ms == w.created_at_ms => {}
+                _ => return Err(format!("delivery {}: its timeline must begin with its Received entry", w.id)),
+            }
+            timeline.remove(0);
+            timeline.shrink_to_fit();
+            Ok(Delivery {
+                id: w.id,
+                event_id: w.event_id,
+                endpoint_id: w.endpoint_id,
+                state: w.state,
+                initial_state: w.initial_state,
+                attempt_count: w.attempt_count,
+                cycle_attempts: w.cycle_attempts,
+                cycle_started_at_ms: w.cycle_started_at_ms,
+                next_attempt_at_ms: w.next_attempt_at_ms,
+                created_at_ms: w.created_at_ms,
+                updated_at_ms: w.updated_at_ms,
+                history: timeline,
+            })
         }
     }
 }

@@ -1,8 +1,7 @@
 //! The endpoint actor's queue: deliveries ordered by when their next attempt
 //! is due, each at most once. Pure data structure; the actor supplies time.
 
-use std::collections::{BTreeMap, BTreeSet};
-
+use hookraft_core::dense::{DenseMap, DenseSet};
 use hookraft_core::ids::DeliveryId;
 
 /// What the actor remembers of a queued delivery between attempts. The
@@ -41,11 +40,12 @@ impl Waiting {
     }
 }
 
-/// Deliveries waiting for an attempt, earliest first.
+/// Deliveries waiting for an attempt, earliest first. Both indexes are kept
+/// dense: a backlog's deliveries arrive in id order, due when created.
 #[derive(Debug, Default)]
 pub struct DeliveryQueue {
-    by_due: BTreeSet<(u64, DeliveryId)>,
-    entries: BTreeMap<DeliveryId, Waiting>,
+    by_due: DenseSet<(u64, DeliveryId)>,
+    entries: DenseMap<DeliveryId, Waiting>,
 }
 
 impl DeliveryQueue {
@@ -92,7 +92,7 @@ impl DeliveryQueue {
 
     pub fn clear(&mut self) {
         self.by_due.clear();
-        self.entries.clear();
+        self.entries = DenseMap::new();
     }
 }
 

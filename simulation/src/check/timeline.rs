@@ -16,14 +16,14 @@ pub fn check(earlier: &ClusterState, last: &ClusterState, sends: &[SendRecord]) 
             found.push(Violation::safety("timeline", format!("delivery {id} disappeared")));
             continue;
         };
-        if !after.timeline.starts_with(&before.timeline) {
+        if after.created_at_ms != before.created_at_ms || !after.history.starts_with(&before.history) {
             found.push(Violation::safety("timeline", format!("the timeline of {id} was rewritten")));
         }
     }
     for send in sends.iter().filter(|s| s.in_time && s.answered.is_some_and(|c| (200..300).contains(&c))) {
         let Ok(id) = DeliveryId::parse(&send.delivery_id) else { continue };
         let Some(delivery) = last.deliveries.get(&id) else { continue };
-        for entry in &delivery.timeline {
+        for entry in &delivery.history {
             let TimelineEntry::Attempt { attempt, .. } = entry else { continue };
             let same = attempt.node_id == send.origin.node_id
                 && attempt.fencing_token == send.origin.token

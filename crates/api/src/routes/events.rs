@@ -126,8 +126,12 @@ fn answer(ctx: &ApiContext, event_id: &EventId, replay: bool) -> ApiResult<Respo
         .events
         .get(event_id)
         .ok_or_else(|| Problem::internal(format!("committed event {event_id} is missing")))?;
-    let deliveries: Vec<(&Delivery, _)> =
-        event.deliveries.iter().filter_map(|d| state.deliveries.get(d)).map(|d| (d, d.initial_state)).collect();
+    let deliveries: Vec<(&Delivery, _)> = event
+        .deliveries
+        .iter()
+        .filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref))
+        .map(|d| (d, d.initial_state))
+        .collect();
     let body = axum::Json(views::ingest_answer(event, &deliveries));
     if replay {
         ctx.metrics.events_idempotent_replays_total.fetch_add(1, Ordering::Relaxed);
@@ -143,6 +147,7 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
     let id: EventId = parse_id(&id)?;
     let state = ctx.state.read();
     let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
-    let deliveries: Vec<&Delivery> = event.deliveries.iter().filter_map(|d| state.deliveries.get(d)).collect();
+    let deliveries: Vec<&Delivery> =
+        event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
     Ok(axum::Json(views::event(&ctx, event, &deliveries)))
 }

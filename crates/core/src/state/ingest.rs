@@ -57,7 +57,7 @@ impl ClusterState {
                 next_attempt_at_ms: Some(now_ms),
                 created_at_ms: now_ms,
                 updated_at_ms: now_ms,
-                timeline: vec![TimelineEntry::Received { at_ms: now_ms }],
+                history: Vec::new(),
             };
             if disabled {
                 // Explicitly targeted at a disabled endpoint: keep it, dead-lettered, replayable.
@@ -68,7 +68,7 @@ impl ClusterState {
             } else {
                 self.index_delivery(&id, &endpoint_id, true);
             }
-            self.deliveries.insert(id, delivery);
+            self.deliveries.insert(id, Box::new(delivery));
             created.push((id, endpoint_id));
         }
 
@@ -77,14 +77,14 @@ impl ClusterState {
         }
         self.events.insert(
             new.id,
-            Event {
+            Box::new(Event {
                 id: new.id,
                 event_type: new.event_type.as_str().into(),
                 payload: new.payload.as_str().into(),
                 received_at_ms: now_ms,
                 idempotency_key: new.idempotency_key.as_deref().map(Box::from),
                 deliveries: created.iter().map(|(d, _)| *d).collect(),
-            },
+            }),
         );
         IngestResult::Created { event_id: new.id, deliveries: created }
     }

@@ -12,11 +12,12 @@ mod ingest;
 mod outcomes;
 mod replay;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, Response};
+use crate::dense::{DenseMap, DenseSet};
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, SHARD_COUNT, Shard};
 use crate::model::{Delivery, Endpoint, Event, NodeRecord, ShardGrant};
 
@@ -24,12 +25,17 @@ use crate::model::{Delivery, Endpoint, Event, NodeRecord, ShardGrant};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
-    pub events: BTreeMap<EventId, Event>,
-    pub deliveries: BTreeMap<DeliveryId, Delivery>,
+    /// Events and deliveries are boxed: a B-tree node keeps slack for 11
+    /// entries, and the slack of a node of boxes is a pointer's, not a
+    /// record's. Their ids arrive in ascending order, so the maps are kept
+    /// dense (`crate::dense`). Both encode as plain maps of records, so the
+    /// snapshot format is unchanged.
+    pub events: DenseMap<EventId, Box<Event>>,
+    pub deliveries: DenseMap<DeliveryId, Box<Delivery>>,
     /// Idempotency key → the event it created.
     pub idempotency: BTreeMap<Box<str>, EventId>,
     /// Non-terminal deliveries of each endpoint: what its actor must work on.
-    pub active: BTreeMap<EndpointId, BTreeSet<DeliveryId>>,
+    pub active: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
     pub nodes: BTreeMap<NodeId, NodeRecord>,
     /// Indexed by shard number; `SHARD_COUNT` entries.
     pub shards: Vec<ShardGrant>,
@@ -43,8 +49,8 @@ impl Default for ClusterState {
     fn default() -> Self {
         Self {
             endpoints: BTreeMap::new(),
-            events: BTreeMap::new(),
-            deliveries: BTreeMap::new(),
+            events: DenseMap::new(),
+            deliveries: DenseMap::new(),
             idempotency: BTreeMap::new(),
             active: BTreeMap::new(),
             nodes: BTreeMap::new(),

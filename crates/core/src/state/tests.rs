@@ -9,6 +9,7 @@ use crate::signing::Secret;
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use std::collections::BTreeSet;
 
 const NODE: NodeId = 1;
 
@@ -157,7 +158,7 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
     let d = &state.deliveries[&id];
     assert_eq!(d.state, DeliveryState::Delivered);
     assert_eq!(d.attempt_count, 3);
-    let kinds: Vec<_> = d.timeline.iter().map(std::mem::discriminant).collect();
+    let kinds: Vec<_> = d.timeline().iter().map(std::mem::discriminant).collect();
     assert_eq!(kinds.len(), 1 + 2 * 2 + 2);
     assert!(!state.active.contains_key(&endpoint_id));
     state.check_invariants().unwrap();
@@ -183,7 +184,7 @@ fn outcome_with_a_stale_token_or_wrong_node_is_rejected_and_counted() {
     assert_eq!(response, Response::OutcomesApplied { applied: 0, stale: 1, ignored: 0 });
     assert_eq!(state.outcomes_rejected_stale, 2);
     assert_eq!(state.deliveries[&id].state, DeliveryState::Pending);
-    assert_eq!(state.deliveries[&id].timeline.len(), 1, "a stale outcome writes nothing");
+    assert_eq!(state.deliveries[&id].timeline().len(), 1, "a stale outcome writes nothing");
 }
 
 #[test]
@@ -237,7 +238,7 @@ fn bulk_replay_takes_dead_deliveries_in_the_window_only() {
     assert_eq!(deliveries.len(), 2, "the one replayed already is no longer dead");
     assert_eq!(state.active[&a.id].len(), 3);
     let replayed = state.deliveries.values().next().unwrap();
-    assert!(matches!(replayed.timeline.last(), Some(TimelineEntry::Replayed { .. })));
+    assert!(matches!(replayed.history.last(), Some(TimelineEntry::Replayed { .. })));
     state.check_invariants().unwrap();
 }
 
@@ -253,7 +254,7 @@ fn timeline_stays_bounded_and_keeps_received_first() {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: i, outcomes: vec![o] });
     }
-    let timeline = &state.deliveries[&id].timeline;
+    let timeline = state.deliveries[&id].timeline();
     assert_eq!(timeline.len(), crate::model::TIMELINE_ENTRIES_MAX);
     assert!(matches!(timeline[0], TimelineEntry::Received { .. }));
     let TimelineEntry::Truncated { dropped, .. } = timeline[1] else { panic!("expected a truncation marker") };
@@ -388,4 +389,73 @@ fn a_direct_grant_away_from_an_owner_that_came_back_is_dropped() {
     state.apply(&Command::AssignShards { now_ms: 26_001, grants: vec![(5, 2)] });
     assert_eq!(state.shards[5].owner, Some(2));
     assert!(state.shards[5].token > before.token);
+}
+
+/// The encoding a delivery had while its `Received` entry was stored: the
+/// snapshot format must not change with the in-memory form.
+#[derive(serde::Serialize)]
+#[serde(rename = "Delivery")]
+struct DeliveryAsStored {
+    id: DeliveryId,
+    event_id: EventId,
+    endpoint_id: EndpointId,
+    state: DeliveryState,
+    initial_state: DeliveryState,
+    attempt_count: u32,
+    cycle_attempts: u32,
+    cycle_started_at_ms: u64,
+    next_attempt_at_ms: Option<u64>,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+    timeline: Vec<TimelineEntry>,
+}
+
+#[test]
+fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(std::slice::from_ref(&a));
+    let (id, _) =
+        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0);
+    let pending = state.deliveries[&id].as_ref().clone();
+    assert!(pending.history.is_empty(), "a pending delivery stores no timeline");
+    let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
+    state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
+    let retrying = state.deliveries[&id].as_ref().clone();
+    for d in [pending, retrying] {
+        let stored = DeliveryAsStored {
+            id: d.id,
+            event_id: d.event_id,
+            endpoint_id: d.endpoint_id,
+            state: d.state,
+            initial_state: d.initial_state,
+            attempt_count: d.attempt_count,
+            cycle_attempts: d.cycle_attempts,
+            cycle_started_at_ms: d.cycle_started_at_ms,
+            next_attempt_at_ms: d.next_attempt_at_ms,
+            created_at_ms: d.created_at_ms,
+            updated_at_ms: d.updated_at_ms,
+            timeline: d.timeline(),
+        };
+        let encoded = serde_json::to_string(&d).expect("encodes");
+        assert_eq!(encoded, serde_json::to_string(&stored).expect("encodes"));
+        assert!(matches!(d.timeline()[0], TimelineEntry::Received { at_ms: 5 }));
+        let decoded: Delivery = serde_json::from_str(&encoded).expect("decodes");
+        assert_eq!(decoded, d);
+    }
+}
+
+#[test]
+fn a_delivery_whose_timeline_lacks_its_received_entry_is_refused_on_decode() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(std::slice::from_ref(&a));
+    let (id, _) =
+        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0);
+    let mut encoded: serde_json::Value = serde_json::to_value(state.deliveries[&id].as_ref()).expect("encodes");
+    encoded["timeline"] = serde_json::json!([]);
+    let error = serde_json::from_value::<Delivery>(encoded).expect_err("refused");
+    assert!(error.to_string().contains("must begin with its Received entry"), "{error}");
 }
