@@ -224,7 +224,7 @@ pub enum TimelineEntry {
 /// in memory the `Received` entry is implied by `created_at_ms`, so a pending
 /// delivery holds no timeline allocation at all.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "wire::DeliveryWire")]
+#[serde(try_from = "wire::DeliveryWire<Vec<TimelineEntry>>")]
 pub struct Delivery {
     pub id: DeliveryId,
     pub event_id: EventId,
@@ -283,7 +283,8 @@ impl Delivery {
 
 impl Serialize for Delivery {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        wire::DeliveryRef::of(self).serialize(serializer)
+        let timeline = wire::WholeTimeline { received_at_ms: self.created_at_ms, history: &self.history };
+        wire::DeliveryWire::of(self, timeline).serialize(serializer)
     }
 }
 
@@ -295,12 +296,14 @@ mod wire {
     use super::{Delivery, DeliveryState, TimelineEntry};
     use crate::ids::{DeliveryId, EndpointId, EventId};
 
-    #[derive(Serialize)]
+    /// Encoded with the timeline borrowed ([`WholeTimeline`]), decoded with
+    /// it owned (`Vec<TimelineEntry>`).
+    #[derive(Serialize, Deserialize)]
     #[serde(rename = "Delivery")]
-    pub(super) struct DeliveryRef<'a> {
-        id: &'a DeliveryId,
-        event_id: &'a EventId,
-        endpoint_id: &'a EndpointId,
+    pub(super) struct DeliveryWire<T> {
+        id: DeliveryId,
+        event_id: EventId,
+        endpoint_id: EndpointId,
         state: DeliveryState,
         initial_state: DeliveryState,
         attempt_count: u32,
@@ -309,15 +312,15 @@ mod wire {
         next_attempt_at_ms: Option<u64>,
         created_at_ms: u64,
         updated_at_ms: u64,
-        timeline: WholeTimeline<'a>,
+        timeline: T,
     }
 
-    impl<'a> DeliveryRef<'a> {
-        pub(super) fn of(d: &'a Delivery) -> Self {
+    impl<T> DeliveryWire<T> {
+        pub(super) fn of(d: &Delivery, timeline: T) -> Self {
             Self {
-                id: &d.id,
-                event_id: &d.event_id,
-                endpoint_id: &d.endpoint_id,
+                id: d.id,
+                event_id: d.event_id,
+                endpoint_id: d.endpoint_id,
                 state: d.state,
                 initial_state: d.initial_state,
                 attempt_count: d.attempt_count,
@@ -326,15 +329,15 @@ mod wire {
                 next_attempt_at_ms: d.next_attempt_at_ms,
                 created_at_ms: d.created_at_ms,
                 updated_at_ms: d.updated_at_ms,
-                timeline: WholeTimeline { received_at_ms: d.created_at_ms, history: &d.history },
+                timeline,
             }
         }
     }
 
     /// Encodes as the sequence `Received`, then the history.
-    struct WholeTimeline<'a> {
-        received_at_ms: u64,
-        history: &'a [TimelineEntry],
+    pub(super) struct WholeTimeline<'a> {
+        pub(super) received_at_ms: u64,
+        pub(super) history: &'a [TimelineEntry],
     }
 
     impl Serialize for WholeTimeline<'_> {
@@ -348,27 +351,10 @@ mod wire {
         }
     }
 
-    #[derive(Deserialize)]
-    #[serde(rename = "Delivery")]
-    pub(super) struct DeliveryWire {
-        id: DeliveryId,
-        event_id: EventId,
-        endpoint_id: EndpointId,
-        state: DeliveryState,
-        initial_state: DeliveryState,
-        attempt_count: u32,
-        cycle_attempts: u32,
-        cycle_started_at_ms: u64,
-        next_attempt_at_ms: Option<u64>,
-        created_at_ms: u64,
-        updated_at_ms: u64,
-        timeline: Vec<TimelineEntry>,
-    }
-
-    impl TryFrom<DeliveryWire> for Delivery {
+    impl TryFrom<DeliveryWire<Vec<TimelineEntry>>> for Delivery {
         type Error = String;
 
-        fn try_from(w: DeliveryWire) -> Result<Self, String> {
+        fn try_from(w: DeliveryWire<Vec<TimelineEntry>>) -> Result<Self, String> {
             let mut timeline = w.timeline;
             match timeline.first() {
                 Some(TimelineEntry::Received { at_ms }) if *at_ms == w.created_at_ms => {}

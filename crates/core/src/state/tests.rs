@@ -42,6 +42,18 @@ fn state_with(endpoints: &[Endpoint]) -> ClusterState {
     state
 }
 
+/// A state with one endpoint `a` (every event type) and one pending
+/// delivery to it, of an event received at 5 ms.
+fn one_pending(seed: u64) -> (ClusterState, Endpoint, DeliveryId) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let a = endpoint(&mut rng, None);
+    let mut state = state_with(std::slice::from_ref(&a));
+    let (id, _) =
+        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
+            .remove(0);
+    (state, a, id)
+}
+
 fn created(response: Response) -> Vec<(DeliveryId, EndpointId)> {
     match response {
         Response::Ingested { results } => match results.into_iter().next() {
@@ -141,12 +153,8 @@ fn repeated_idempotency_key_in_one_batch_or_later_creates_one_event() {
 
 #[test]
 fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
-    let mut rng = StdRng::seed_from_u64(5);
-    let a = endpoint(&mut rng, None);
-    let mut state = state_with(&[a]);
-    let (id, endpoint_id) =
-        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-            .remove(0);
+    let (mut state, a, id) = one_pending(5);
+    let endpoint_id = a.id;
     for _ in 0..2 {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
@@ -166,12 +174,7 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
 
 #[test]
 fn outcome_with_a_stale_token_or_wrong_node_is_rejected_and_counted() {
-    let mut rng = StdRng::seed_from_u64(6);
-    let a = endpoint(&mut rng, None);
-    let mut state = state_with(std::slice::from_ref(&a));
-    let (id, _) =
-        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-            .remove(0);
+    let (mut state, a, id) = one_pending(6);
     let old = outcome(&state, &id, Some(200), Decision::Delivered);
     // The shard moves to node 2: the old grant's outcomes are now stale.
     state.apply(&Command::AssignShards { now_ms: 8, grants: vec![(a.id.shard(), 2)] });
@@ -244,12 +247,7 @@ fn bulk_replay_takes_dead_deliveries_in_the_window_only() {
 
 #[test]
 fn timeline_stays_bounded_and_keeps_received_first() {
-    let mut rng = StdRng::seed_from_u64(9);
-    let a = endpoint(&mut rng, None);
-    let mut state = state_with(&[a]);
-    let (id, _) =
-        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-            .remove(0);
+    let (mut state, _, id) = one_pending(9);
     for i in 0..2_000 {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: i, outcomes: vec![o] });
@@ -412,12 +410,7 @@ struct DeliveryAsStored {
 
 #[test]
 fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery() {
-    let mut rng = StdRng::seed_from_u64(11);
-    let a = endpoint(&mut rng, None);
-    let mut state = state_with(std::slice::from_ref(&a));
-    let (id, _) =
-        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-            .remove(0);
+    let (mut state, _, id) = one_pending(11);
     let pending = state.deliveries[&id].as_ref().clone();
     assert!(pending.history.is_empty(), "a pending delivery stores no timeline");
     let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
@@ -448,12 +441,7 @@ fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery()
 
 #[test]
 fn a_delivery_whose_timeline_lacks_its_received_entry_is_refused_on_decode() {
-    let mut rng = StdRng::seed_from_u64(12);
-    let a = endpoint(&mut rng, None);
-    let mut state = state_with(std::slice::from_ref(&a));
-    let (id, _) =
-        created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![event(&mut rng, "a", None, None)] }))
-            .remove(0);
+    let (state, _, id) = one_pending(12);
     let mut encoded: serde_json::Value = serde_json::to_value(state.deliveries[&id].as_ref()).expect("encodes");
     encoded["timeline"] = serde_json::json!([]);
     let error = serde_json::from_value::<Delivery>(encoded).expect_err("refused");
