@@ -9,8 +9,9 @@
 //! twice the memory their entries need. Rebuilding a tree from its sorted
 //! entries (`FromIterator` bulk-builds from sorted input) fills its nodes. A
 //! [`DenseMap`] or [`DenseSet`] rebuilds itself whenever it has grown by a
-//! quarter since the last rebuild, so at most a fifth of its entries sit in
-//! half-empty nodes, at an amortised cost of a few entry moves per insert.
+//! quarter since the last rebuild (or since it last lost half its entries),
+//! so at most a fifth of its entries sit in half-empty nodes, at an
+//! amortised cost of a few entry moves per insert.
 //!
 //! Packing changes only where entries sit in memory, never their order or
 //! contents: it is invisible to `apply`, to serialization (both encode as the
@@ -30,6 +31,13 @@ pub const DENSE_REBUILD_LEN_MIN: usize = 4_096;
 /// for a rebuild: once it has grown by a quarter (and is not small).
 pub fn rebuild_due(len: usize, packed_len: usize) -> bool {
     len >= DENSE_REBUILD_LEN_MIN && len >= packed_len + packed_len / 4
+}
+
+/// The length to measure growth from after a removal: a collection that
+/// has lost half its entries since its last rebuild grows again from its
+/// new length (a drained backlog refilling), not from its old peak.
+fn shrunk_to(len: usize, packed_len: usize) -> usize {
+    if len < packed_len / 2 { len } else { packed_len }
 }
 
 /// A `BTreeMap` that rebuilds itself densely as it grows. Reads go through
@@ -60,7 +68,9 @@ impl<K: Ord, V> DenseMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.map.remove(key)
+        let removed = self.map.remove(key);
+        self.packed_len = shrunk_to(self.map.len(), self.packed_len);
+        removed
     }
 }
 
@@ -158,11 +168,15 @@ impl<T: Ord> DenseSet<T> {
     where
         T: Borrow<Q>,
     {
-        self.set.remove(value)
+        let removed = self.set.remove(value);
+        self.packed_len = shrunk_to(self.set.len(), self.packed_len);
+        removed
     }
 
     pub fn pop_first(&mut self) -> Option<T> {
-        self.set.pop_first()
+        let first = self.set.pop_first();
+        self.packed_len = shrunk_to(self.set.len(), self.packed_len);
+        first
     }
 
     pub fn clear(&mut self) {
@@ -242,6 +256,21 @@ mod tests {
         assert!(rebuild_due(DENSE_REBUILD_LEN_MIN, 0));
         assert!(!rebuild_due(12_499, 10_000));
         assert!(rebuild_due(12_500, 10_000));
+    }
+
+    #[test]
+    fn a_drained_set_measures_its_growth_from_its_new_length() {
+        let mut dense: DenseSet<u32> = (0..10_000).collect();
+        assert_eq!(dense.packed_len, 10_000);
+        for n in 0..9_000 {
+            assert!(dense.remove(&n));
+        }
+        assert!(dense.packed_len < 2 * dense.len(), "growth now counts from near its new length");
+        for n in 20_000..23_500 {
+            dense.insert(n);
+        }
+        // Rebuilt on reaching the minimum size, not only past 12,500 (its old peak and a quarter).
+        assert_eq!(dense.packed_len, DENSE_REBUILD_LEN_MIN);
     }
 
     #[test]
