@@ -8,7 +8,7 @@
 //! every node left behind stays 6/11 full, and a backlog's maps hold almost
 //! twice the memory their entries need. Rebuilding a tree from its sorted
 //! entries (`FromIterator` bulk-builds from sorted input) fills its nodes. A
-//! [`DenseMap`] or [`DenseSet`] rebuilds itself whenever it has grown by a
+//! [`Dense`] map or set rebuilds itself whenever it has grown by a
 //! quarter since the last rebuild (or since it last lost half its entries),
 //! so at most a fifth of its entries sit in half-empty nodes, at an
 //! amortised cost of a few entry moves per insert.
@@ -40,27 +40,69 @@ fn shrunk_to(len: usize, packed_len: usize) -> usize {
     if len < packed_len / 2 { len } else { packed_len }
 }
 
-/// A `BTreeMap` that rebuilds itself densely as it grows. Reads go through
-/// `Deref`; [`DenseMap::insert`] is the one write that can trigger a rebuild.
-#[derive(Clone)]
-pub struct DenseMap<K, V> {
-    map: BTreeMap<K, V>,
+/// A std ordered collection that a [`Dense`] keeps dense.
+pub trait Ordered: Default + IntoIterator + FromIterator<<Self as IntoIterator>::Item> {
+    fn entries(&self) -> usize;
+}
+
+impl<K: Ord, V> Ordered for BTreeMap<K, V> {
+    fn entries(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: Ord> Ordered for BTreeSet<T> {
+    fn entries(&self) -> usize {
+        self.len()
+    }
+}
+
+/// A `BTreeMap` or `BTreeSet` that rebuilds itself densely as it grows.
+/// Reads go through `Deref`; `insert` is the one write that can trigger a
+/// rebuild, and removals measure how far it shrank.
+#[derive(Clone, Default)]
+pub struct Dense<C> {
+    inner: C,
     /// The length at the last rebuild; 0 when never rebuilt (as after decoding).
     packed_len: usize,
 }
 
-impl<K: Ord, V> DenseMap<K, V> {
+/// A dense `BTreeMap`.
+pub type DenseMap<K, V> = Dense<BTreeMap<K, V>>;
+/// A dense `BTreeSet`.
+pub type DenseSet<T> = Dense<BTreeSet<T>>;
+
+impl<C: Ordered> Dense<C> {
     pub fn new() -> Self {
-        Self { map: BTreeMap::new(), packed_len: 0 }
+        Self { inner: C::default(), packed_len: 0 }
     }
 
+    /// Rebuilds the collection from its sorted entries, which fills its nodes.
+    pub fn rebuild(&mut self) {
+        self.inner = std::mem::take(&mut self.inner).into_iter().collect();
+        self.packed_len = self.inner.entries();
+    }
+
+    pub fn clear(&mut self) {
+        *self = Self::new();
+    }
+
+    fn after_insert(&mut self, added: bool) {
+        if added && rebuild_due(self.inner.entries(), self.packed_len) {
+            self.rebuild();
+        }
+    }
+
+    fn after_remove(&mut self) {
+        self.packed_len = shrunk_to(self.inner.entries(), self.packed_len);
+    }
+}
+
+impl<K: Ord, V> Dense<BTreeMap<K, V>> {
     /// Inserts like `BTreeMap::insert`, then rebuilds if the map is due.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
-        let old = self.map.insert(key, value);
-        if old.is_none() && rebuild_due(self.map.len(), self.packed_len) {
-            self.map = std::mem::take(&mut self.map).into_iter().collect();
-            self.packed_len = self.map.len();
-        }
+        let old = self.inner.insert(key, value);
+        self.after_insert(old.is_none());
         old
     }
 
@@ -68,99 +110,17 @@ impl<K: Ord, V> DenseMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        let removed = self.map.remove(key);
-        self.packed_len = shrunk_to(self.map.len(), self.packed_len);
+        let removed = self.inner.remove(key);
+        self.after_remove();
         removed
     }
 }
 
-impl<K: Ord, V> Default for DenseMap<K, V> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<K, V> Deref for DenseMap<K, V> {
-    type Target = BTreeMap<K, V>;
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-/// In-place changes of values; inserting through it would skip the rebuild check.
-impl<K, V> DerefMut for DenseMap<K, V> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
-    }
-}
-
-impl<K: PartialEq, V: PartialEq> PartialEq for DenseMap<K, V> {
-    fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
-    }
-}
-
-impl<K: std::fmt::Debug, V: std::fmt::Debug> std::fmt::Debug for DenseMap<K, V> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.map.fmt(f)
-    }
-}
-
-impl<K: Serialize, V: Serialize> Serialize for DenseMap<K, V> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.map.serialize(serializer)
-    }
-}
-
-impl<'de, K: Deserialize<'de> + Ord, V: Deserialize<'de>> Deserialize<'de> for DenseMap<K, V> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(Self { map: BTreeMap::deserialize(deserializer)?, packed_len: 0 })
-    }
-}
-
-impl<K: Ord, V> FromIterator<(K, V)> for DenseMap<K, V> {
-    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        let map: BTreeMap<K, V> = iter.into_iter().collect();
-        let packed_len = map.len();
-        Self { map, packed_len }
-    }
-}
-
-impl<'a, K, V> IntoIterator for &'a DenseMap<K, V> {
-    type Item = (&'a K, &'a V);
-    type IntoIter = std::collections::btree_map::Iter<'a, K, V>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.map.iter()
-    }
-}
-
-impl<K, V> IntoIterator for DenseMap<K, V> {
-    type Item = (K, V);
-    type IntoIter = std::collections::btree_map::IntoIter<K, V>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.map.into_iter()
-    }
-}
-
-/// A `BTreeSet` that rebuilds itself densely as it grows (see [`DenseMap`]).
-#[derive(Clone)]
-pub struct DenseSet<T> {
-    set: BTreeSet<T>,
-    packed_len: usize,
-}
-
-impl<T: Ord> DenseSet<T> {
-    pub fn new() -> Self {
-        Self { set: BTreeSet::new(), packed_len: 0 }
-    }
-
+impl<T: Ord> Dense<BTreeSet<T>> {
     /// Inserts like `BTreeSet::insert`, then rebuilds if the set is due.
     pub fn insert(&mut self, value: T) -> bool {
-        let added = self.set.insert(value);
-        if added && rebuild_due(self.set.len(), self.packed_len) {
-            self.set = std::mem::take(&mut self.set).into_iter().collect();
-            self.packed_len = self.set.len();
-        }
+        let added = self.inner.insert(value);
+        self.after_insert(added);
         added
     }
 
@@ -168,81 +128,81 @@ impl<T: Ord> DenseSet<T> {
     where
         T: Borrow<Q>,
     {
-        let removed = self.set.remove(value);
-        self.packed_len = shrunk_to(self.set.len(), self.packed_len);
+        let removed = self.inner.remove(value);
+        self.after_remove();
         removed
     }
 
     pub fn pop_first(&mut self) -> Option<T> {
-        let first = self.set.pop_first();
-        self.packed_len = shrunk_to(self.set.len(), self.packed_len);
+        let first = self.inner.pop_first();
+        self.after_remove();
         first
     }
+}
 
-    pub fn clear(&mut self) {
-        self.set.clear();
-        self.packed_len = 0;
+impl<C> Deref for Dense<C> {
+    type Target = C;
+    fn deref(&self) -> &C {
+        &self.inner
     }
 }
 
-impl<T: Ord> Default for DenseSet<T> {
-    fn default() -> Self {
-        Self::new()
+/// In-place changes of a map's values; inserting through it would skip the
+/// rebuild check.
+impl<K, V> DerefMut for Dense<BTreeMap<K, V>> {
+    fn deref_mut(&mut self) -> &mut BTreeMap<K, V> {
+        &mut self.inner
     }
 }
 
-impl<T> Deref for DenseSet<T> {
-    type Target = BTreeSet<T>;
-    fn deref(&self) -> &Self::Target {
-        &self.set
-    }
-}
-
-impl<T: PartialEq> PartialEq for DenseSet<T> {
+impl<C: PartialEq> PartialEq for Dense<C> {
     fn eq(&self, other: &Self) -> bool {
-        self.set == other.set
+        self.inner == other.inner
     }
 }
 
-impl<T: std::fmt::Debug> std::fmt::Debug for DenseSet<T> {
+impl<C: std::fmt::Debug> std::fmt::Debug for Dense<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.set.fmt(f)
+        self.inner.fmt(f)
     }
 }
 
-impl<T: Serialize> Serialize for DenseSet<T> {
+impl<C: Serialize> Serialize for Dense<C> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.set.serialize(serializer)
+        self.inner.serialize(serializer)
     }
 }
 
-impl<'de, T: Deserialize<'de> + Ord> Deserialize<'de> for DenseSet<T> {
+impl<'de, C: Deserialize<'de>> Deserialize<'de> for Dense<C> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(Self { set: BTreeSet::deserialize(deserializer)?, packed_len: 0 })
+        Ok(Self { inner: C::deserialize(deserializer)?, packed_len: 0 })
     }
 }
 
-impl<T: Ord> FromIterator<T> for DenseSet<T> {
-    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        let set: BTreeSet<T> = iter.into_iter().collect();
-        let packed_len = set.len();
-        Self { set, packed_len }
+impl<C: Ordered> FromIterator<<C as IntoIterator>::Item> for Dense<C> {
+    fn from_iter<I: IntoIterator<Item = <C as IntoIterator>::Item>>(iter: I) -> Self {
+        let inner: C = iter.into_iter().collect();
+        let packed_len = inner.entries();
+        Self { inner, packed_len }
     }
 }
 
-impl<'a, T> IntoIterator for &'a DenseSet<T> {
-    type Item = &'a T;
-    type IntoIter = std::collections::btree_set::Iter<'a, T>;
+impl<'a, C> IntoIterator for &'a Dense<C>
+where
+    &'a C: IntoIterator,
+{
+    type Item = <&'a C as IntoIterator>::Item;
+    type IntoIter = <&'a C as IntoIterator>::IntoIter;
     fn into_iter(self) -> Self::IntoIter {
-        self.set.iter()
+        self.inner.into_iter()
     }
 }
 
-impl<T> IntoIterator for DenseSet<T> {
-    type Item = T;
-    type IntoIter = std::collections::btree_set::IntoIter<T>;
+impl<C: IntoIterator> IntoIterator for Dense<C> {
+    type Item = C::Item;
+    type IntoIter = C::IntoIter;
     fn into_iter(self) -> Self::IntoIter {
-        self.set.into_iter()
+        self.inner.into_iter()
     }
 }
 

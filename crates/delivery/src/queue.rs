@@ -92,7 +92,7 @@ impl DeliveryQueue {
 
     pub fn clear(&mut self) {
         self.by_due.clear();
-        self.entries = DenseMap::new();
+        self.entries.clear();
     }
 }
 
