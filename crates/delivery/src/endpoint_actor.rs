@@ -18,6 +18,7 @@ use hookraft_core::breaker::{Admission, CircuitBreaker, Transition};
 use hookraft_core::command::Outcome;
 use hookraft_core::ids::{DeliveryId, EndpointId};
 use hookraft_core::model::Endpoint;
+use hookraft_core::state::ClusterState;
 use hookraft_core::ratelimit::TokenBucket;
 use hookraft_core::retry::{AttemptResult, Decision, decide};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -28,7 +29,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request};
 use crate::context::DeliveryContext;
 use crate::metrics::DeliveryMetrics;
-use crate::queue::{DeliveryQueue, QueuedDelivery};
+use crate::queue::{DeliveryQueue, Head, QueuedDelivery};
 use crate::transport::{SendError, SendOrigin, WebhookResponse};
 
 /// How long to wait before checking a lapsed lease again.
@@ -116,8 +117,12 @@ impl Actor for EndpointActor {
         };
         state.refresh_settings();
         state.breaker = state.endpoint.as_ref().map(|e| e.breaker.clone()).unwrap_or_default();
-        let active = state.ctx.state.read().active.get(&state.endpoint_id).cloned().unwrap_or_default();
-        state.enqueue(active.into_iter());
+        {
+            // Read in place: a backlog's active set can hold millions of ids.
+            let guard = state.ctx.state.read();
+            let active = guard.active.get(&state.endpoint_id).into_iter().flat_map(|ids| ids.iter().copied());
+            load(&mut state.queue, &state.in_flight, &guard, &state.endpoint_id, active);
+        }
         myself.send_message(EndpointMsg::Tick)?;
         Ok(state)
     }
@@ -182,25 +187,50 @@ impl EndpointState {
         self.endpoint = endpoint;
     }
 
-    /// Queues the given deliveries that the replicated state says are active
-    /// and that are not already queued or in flight here.
     fn enqueue(&mut self, ids: impl Iterator<Item = DeliveryId>) {
         let guard = self.ctx.state.read();
-        for id in ids {
-            if self.queue.contains(&id) || self.in_flight.contains_key(&id) {
+        load(&mut self.queue, &self.in_flight, &guard, &self.endpoint_id, ids);
+    }
+
+    /// The earliest queued delivery if it is due at `now_ms`, with the
+    /// counters of its next attempt, or else when the earliest is due.
+    /// Entries the state has finished meanwhile, and leftovers, are dropped
+    /// on the way; a loaded entry whose due time the state has moved (an
+    /// outcome of an earlier actor applied after this one loaded it) moves
+    /// with it.
+    fn due_head(&mut self, now_ms: u64) -> Option<Result<QueuedDelivery, u64>> {
+        loop {
+            let head = self.queue.head()?;
+            if head.due_ms() > now_ms {
+                return Some(Err(head.due_ms()));
+            }
+            let id = head.id();
+            if self.in_flight.contains_key(&id) {
+                self.queue.pop_head();
                 continue;
             }
-            let Some(delivery) = guard.deliveries.get(&id) else { continue };
-            if delivery.state.is_terminal() || delivery.endpoint_id != self.endpoint_id {
-                continue;
+            let guard = self.ctx.state.read();
+            let active =
+                guard.deliveries.get(&id).filter(|d| !d.state.is_terminal() && d.endpoint_id == self.endpoint_id);
+            match (head, active) {
+                (_, None) => self.queue.pop_head(),
+                (Head::Local(queued), Some(_)) => return Some(Ok(queued)),
+                (Head::Loaded { due_ms, .. }, Some(delivery)) => {
+                    let state_due_ms = delivery.next_attempt_at_ms.unwrap_or(0);
+                    if state_due_ms == due_ms {
+                        return Some(Ok(QueuedDelivery {
+                            id,
+                            due_ms,
+                            attempt_count: delivery.attempt_count,
+                            cycle_attempts: delivery.cycle_attempts,
+                            cycle_started_at_ms: delivery.cycle_started_at_ms,
+                        }));
+                    }
+                    drop(guard);
+                    self.queue.pop_head();
+                    self.queue.push_loaded(id, state_due_ms);
+                }
             }
-            self.queue.push(QueuedDelivery {
-                id,
-                due_ms: delivery.next_attempt_at_ms.unwrap_or(0),
-                attempt_count: delivery.attempt_count,
-                cycle_attempts: delivery.cycle_attempts,
-                cycle_started_at_ms: delivery.cycle_started_at_ms,
-            });
         }
     }
 
@@ -215,11 +245,12 @@ impl EndpointState {
             if self.in_flight.len() >= endpoint.max_in_flight as usize {
                 return; // an attempt's Done will pump again
             }
-            let Some(due_ms) = self.queue.next_due_ms() else { return };
             let now_ms = self.ctx.clock.wall_ms();
-            if due_ms > now_ms {
-                return self.arm(myself, due_ms, now_ms);
-            }
+            let queued = match self.due_head(now_ms) {
+                None => return,
+                Some(Err(due_ms)) => return self.arm(myself, due_ms, now_ms),
+                Some(Ok(queued)) => queued,
+            };
             let Some(token) = self.ctx.ownership.token_for(shard) else {
                 DeliveryMetrics::inc(&self.ctx.metrics.lease_refusals_total);
                 self.abandon_in_flight();
@@ -246,7 +277,7 @@ impl EndpointState {
             if let Some((_, bucket)) = self.bucket.as_mut() {
                 let _ = bucket.try_take(now_ms); // available above, and time has not moved
             }
-            let Some(queued) = self.queue.pop_due(now_ms) else { return };
+            self.queue.pop_head();
             self.start_attempt(myself, &endpoint, queued, token, now_ms);
         }
     }
@@ -413,6 +444,28 @@ impl EndpointState {
             gauge.fetch_sub(self.reported_depth - depth, std::sync::atomic::Ordering::Relaxed);
         }
         self.reported_depth = depth;
+    }
+}
+
+/// Queues the given deliveries that the replicated state says are active
+/// for this endpoint and that are not already queued or in flight here.
+fn load(
+    queue: &mut DeliveryQueue,
+    in_flight: &BTreeMap<DeliveryId, InFlight>,
+    state: &ClusterState,
+    endpoint_id: &EndpointId,
+    ids: impl Iterator<Item = DeliveryId>,
+) {
+    for id in ids {
+        let Some(delivery) = state.deliveries.get(&id) else { continue };
+        if delivery.state.is_terminal() || delivery.endpoint_id != *endpoint_id {
+            continue;
+        }
+        let due_ms = delivery.next_attempt_at_ms.unwrap_or(0);
+        if queue.contains(&id, due_ms) || in_flight.contains_key(&id) {
+            continue;
+        }
+        queue.push_loaded(id, due_ms);
     }
 }
 

@@ -1,12 +1,28 @@
 //! The endpoint actor's queue: deliveries ordered by when their next attempt
-//! is due, each at most once. Pure data structure; the actor supplies time.
+//! is due. Pure data structure; the actor supplies time and the replicated
+//! state.
+//!
+//! A queued delivery is one of two kinds:
+//!
+//! - **loaded**: queued as the replicated state has it. The queue keeps only
+//!   its due time and id (24 bytes, the one index entry a backlog costs); its
+//!   counters are read from the state when it comes up.
+//! - **local**: queued again by the actor after an attempt (a retry, or an
+//!   attempt abandoned or superseded). Outcomes reach the state in batches,
+//!   so the state may not have its counters yet: the queue keeps them.
+//!
+//! An index entry is a `(due, id)` pair. A loaded entry whose due time no
+//! longer matches the state's is moved to the state's by the actor when it
+//! comes up, and an entry for a delivery the actor holds locally at another
+//! due time is a leftover and is dropped when it comes up: each delivery is
+//! attempted once per entry that is really its own.
 
-use hookraft_core::dense::{DenseMap, DenseSet};
+use std::collections::BTreeMap;
+
+use hookraft_core::dense::DenseSet;
 use hookraft_core::ids::DeliveryId;
 
-/// What the actor remembers of a queued delivery between attempts. The
-/// replicated state may lag behind (outcomes are batched), so the actor
-/// counts attempts itself from the values it loaded.
+/// A queued delivery with the counters of its next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedDelivery {
     pub id: DeliveryId,
@@ -18,17 +34,16 @@ pub struct QueuedDelivery {
     pub cycle_started_at_ms: u64,
 }
 
-/// A queued delivery without its id, which is its key: an actor of a
-/// down endpoint holds one per pending delivery, and the id is a third of it.
+/// The counters of a local entry; its id is the key.
 #[derive(Debug, Clone, Copy)]
-struct Waiting {
+struct Counters {
     due_ms: u64,
     attempt_count: u32,
     cycle_attempts: u32,
     cycle_started_at_ms: u64,
 }
 
-impl Waiting {
+impl Counters {
     fn of(delivery: &QueuedDelivery) -> Self {
         let QueuedDelivery { id: _, due_ms, attempt_count, cycle_attempts, cycle_started_at_ms } = *delivery;
         Self { due_ms, attempt_count, cycle_attempts, cycle_started_at_ms }
@@ -40,59 +55,99 @@ impl Waiting {
     }
 }
 
-/// Deliveries waiting for an attempt, earliest first. Both indexes are kept
+/// The earliest entry of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Head {
+    /// Queued as the state has it: read its counters there, and check that
+    /// the state still has it due at `due_ms`.
+    Loaded { id: DeliveryId, due_ms: u64 },
+    /// Queued by the actor, with the counters of its next attempt.
+    Local(QueuedDelivery),
+}
+
+impl Head {
+    pub fn id(&self) -> DeliveryId {
+        match self {
+            Head::Loaded { id, .. } => *id,
+            Head::Local(queued) => queued.id,
+        }
+    }
+
+    pub fn due_ms(&self) -> u64 {
+        match self {
+            Head::Loaded { due_ms, .. } => *due_ms,
+            Head::Local(queued) => queued.due_ms,
+        }
+    }
+}
+
+/// Deliveries waiting for an attempt, earliest first. The index is kept
 /// dense: a backlog's deliveries arrive in id order, due when created.
 #[derive(Debug, Default)]
 pub struct DeliveryQueue {
     by_due: DenseSet<(u64, DeliveryId)>,
-    entries: DenseMap<DeliveryId, Waiting>,
+    local: BTreeMap<DeliveryId, Counters>,
 }
 
 impl DeliveryQueue {
-    /// Adds a delivery, or moves it if it is queued already.
+    /// Queues a delivery as the state has it, due at `due_ms`. Does nothing
+    /// if the actor holds it locally: its own counters are the newer.
+    pub fn push_loaded(&mut self, id: DeliveryId, due_ms: u64) {
+        if !self.local.contains_key(&id) {
+            self.by_due.insert((due_ms, id));
+        }
+    }
+
+    /// Queues a delivery with the actor's own counters, moving it if the
+    /// actor held it locally already.
     pub fn push(&mut self, delivery: QueuedDelivery) {
-        if let Some(old) = self.entries.insert(delivery.id, Waiting::of(&delivery)) {
+        if let Some(old) = self.local.insert(delivery.id, Counters::of(&delivery)) {
             self.by_due.remove(&(old.due_ms, delivery.id));
         }
         self.by_due.insert((delivery.due_ms, delivery.id));
     }
 
-    pub fn contains(&self, id: &DeliveryId) -> bool {
-        self.entries.contains_key(id)
+    /// Whether the delivery is queued, held locally or loaded at the due
+    /// time the state gives it.
+    pub fn contains(&self, id: &DeliveryId, loaded_due_ms: u64) -> bool {
+        self.local.contains_key(id) || self.by_due.contains(&(loaded_due_ms, *id))
     }
 
+    /// Index entries, a leftover not yet dropped included.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.by_due.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.by_due.is_empty()
     }
 
-    /// When the earliest delivery is due.
-    pub fn next_due_ms(&self) -> Option<u64> {
-        self.by_due.first().map(|(due, _)| *due)
-    }
-
-    /// Takes the earliest delivery if it is due at `now_ms`.
-    pub fn pop_due(&mut self, now_ms: u64) -> Option<QueuedDelivery> {
-        let (due, _) = self.by_due.first()?;
-        if *due > now_ms {
-            return None;
+    /// The earliest entry, dropping leftovers on the way.
+    pub fn head(&mut self) -> Option<Head> {
+        loop {
+            let &(due_ms, id) = self.by_due.first()?;
+            match self.local.get(&id) {
+                None => return Some(Head::Loaded { id, due_ms }),
+                Some(counters) if counters.due_ms == due_ms => return Some(Head::Local(counters.with_id(id))),
+                Some(_) => {
+                    self.by_due.pop_first();
+                }
+            }
         }
-        let (_, id) = self.by_due.pop_first()?;
-        self.entries.remove(&id).map(|waiting| waiting.with_id(id))
     }
 
-    pub fn remove(&mut self, id: &DeliveryId) -> Option<QueuedDelivery> {
-        let waiting = self.entries.remove(id)?;
-        self.by_due.remove(&(waiting.due_ms, *id));
-        Some(waiting.with_id(*id))
+    /// Removes the earliest entry (the one [`head`](Self::head) returned).
+    pub fn pop_head(&mut self) {
+        if let Some((due_ms, id)) = self.by_due.pop_first()
+            && self.local.get(&id).is_some_and(|counters| counters.due_ms == due_ms)
+        {
+            self.local.remove(&id);
+        }
     }
 
     pub fn clear(&mut self) {
         self.by_due.clear();
-        self.entries.clear();
+        self.local.clear();
     }
 }
 
@@ -101,8 +156,8 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
-    fn queued(id: &DeliveryId, due_ms: u64) -> QueuedDelivery {
-        QueuedDelivery { id: *id, due_ms, attempt_count: 0, cycle_attempts: 0, cycle_started_at_ms: 0 }
+    fn local(id: &DeliveryId, due_ms: u64, attempt_count: u32) -> QueuedDelivery {
+        QueuedDelivery { id: *id, due_ms, attempt_count, cycle_attempts: attempt_count, cycle_started_at_ms: 1 }
     }
 
     fn ids(n: usize) -> Vec<DeliveryId> {
@@ -110,53 +165,115 @@ mod tests {
         (0..n).map(|i| DeliveryId::generate(i as u64, &mut rng)).collect()
     }
 
+    /// Takes every entry in order, as the actor would once all are due.
+    fn drain(queue: &mut DeliveryQueue) -> Vec<Head> {
+        let mut taken = Vec::new();
+        while let Some(head) = queue.head() {
+            queue.pop_head();
+            taken.push(head);
+        }
+        taken
+    }
+
     #[test]
-    fn pops_in_due_order_and_only_when_due() {
+    fn comes_out_in_due_order_whatever_the_kind() {
         let ids = ids(3);
         let mut queue = DeliveryQueue::default();
-        queue.push(queued(&ids[0], 30));
-        queue.push(queued(&ids[1], 10));
-        queue.push(queued(&ids[2], 20));
-        assert_eq!(queue.next_due_ms(), Some(10));
-        assert_eq!(queue.pop_due(5), None);
-        assert_eq!(queue.pop_due(25).unwrap().id, ids[1]);
-        assert_eq!(queue.pop_due(25).unwrap().id, ids[2]);
-        assert_eq!(queue.pop_due(25), None);
-        assert_eq!(queue.len(), 1);
+        queue.push_loaded(ids[0], 30);
+        queue.push(local(&ids[1], 10, 2));
+        queue.push_loaded(ids[2], 20);
+        assert_eq!(queue.len(), 3);
+        assert_eq!(
+            drain(&mut queue),
+            vec![
+                Head::Local(local(&ids[1], 10, 2)),
+                Head::Loaded { id: ids[2], due_ms: 20 },
+                Head::Loaded { id: ids[0], due_ms: 30 },
+            ]
+        );
+        assert!(queue.is_empty());
     }
 
     #[test]
-    fn pushing_a_queued_delivery_again_moves_it_instead_of_duplicating() {
+    fn head_leaves_the_entry_queued_until_it_is_popped() {
         let ids = ids(1);
         let mut queue = DeliveryQueue::default();
-        queue.push(queued(&ids[0], 50));
-        queue.push(queued(&ids[0], 5));
-        assert_eq!(queue.len(), 1);
-        assert_eq!(queue.pop_due(5).unwrap().due_ms, 5);
-        assert!(queue.is_empty());
-        assert_eq!(queue.next_due_ms(), None);
+        queue.push_loaded(ids[0], 5);
+        assert_eq!(queue.head(), Some(Head::Loaded { id: ids[0], due_ms: 5 }));
+        assert_eq!(queue.head(), Some(Head::Loaded { id: ids[0], due_ms: 5 }));
+        queue.pop_head();
+        assert_eq!(queue.head(), None);
     }
 
     #[test]
-    fn remove_takes_an_entry_out_of_both_indexes() {
+    fn pushing_a_local_delivery_again_moves_it_instead_of_duplicating() {
+        let ids = ids(1);
+        let mut queue = DeliveryQueue::default();
+        queue.push(local(&ids[0], 50, 1));
+        queue.push(local(&ids[0], 5, 2));
+        assert_eq!(queue.len(), 1);
+        assert_eq!(drain(&mut queue), vec![Head::Local(local(&ids[0], 5, 2))]);
+    }
+
+    #[test]
+    fn loading_a_delivery_twice_at_one_due_time_queues_it_once() {
+        let ids = ids(1);
+        let mut queue = DeliveryQueue::default();
+        queue.push_loaded(ids[0], 7);
+        assert!(queue.contains(&ids[0], 7));
+        assert!(!queue.contains(&ids[0], 8), "a loaded entry is found at its own due time only");
+        queue.push_loaded(ids[0], 7);
+        assert_eq!(drain(&mut queue), vec![Head::Loaded { id: ids[0], due_ms: 7 }]);
+    }
+
+    #[test]
+    fn a_local_delivery_is_not_loaded_again_and_is_found_at_any_due_time() {
+        let ids = ids(1);
+        let mut queue = DeliveryQueue::default();
+        queue.push(local(&ids[0], 40, 3));
+        assert!(queue.contains(&ids[0], 0));
+        queue.push_loaded(ids[0], 10);
+        assert_eq!(drain(&mut queue), vec![Head::Local(local(&ids[0], 40, 3))]);
+    }
+
+    #[test]
+    fn a_loaded_entry_left_over_by_a_local_one_is_dropped_without_coming_up() {
         let ids = ids(2);
         let mut queue = DeliveryQueue::default();
-        queue.push(queued(&ids[0], 1));
-        queue.push(queued(&ids[1], 2));
-        assert!(queue.remove(&ids[0]).is_some());
-        assert!(!queue.contains(&ids[0]));
-        assert_eq!(queue.pop_due(10).unwrap().id, ids[1]);
+        queue.push_loaded(ids[0], 10);
+        queue.push_loaded(ids[1], 20);
+        // The actor queues ids[0] itself, due later: the loaded entry at 10
+        // is a leftover and must not come up as a second entry of ids[0].
+        queue.push(local(&ids[0], 30, 1));
+        assert_eq!(
+            drain(&mut queue),
+            vec![Head::Loaded { id: ids[1], due_ms: 20 }, Head::Local(local(&ids[0], 30, 1))]
+        );
+        assert!(queue.is_empty());
     }
 
     #[test]
-    fn what_comes_out_is_what_went_in() {
+    fn a_local_entry_at_a_loaded_entrys_due_time_is_one_entry() {
         let ids = ids(1);
         let mut queue = DeliveryQueue::default();
-        let delivery =
-            QueuedDelivery { id: ids[0], due_ms: 7, attempt_count: 3, cycle_attempts: 2, cycle_started_at_ms: 4 };
-        queue.push(delivery.clone());
-        assert_eq!(queue.remove(&ids[0]), Some(delivery.clone()));
-        queue.push(delivery.clone());
-        assert_eq!(queue.pop_due(7), Some(delivery));
+        queue.push_loaded(ids[0], 10);
+        queue.push(local(&ids[0], 10, 4));
+        assert_eq!(queue.len(), 1);
+        assert_eq!(drain(&mut queue), vec![Head::Local(local(&ids[0], 10, 4))]);
+        queue.push_loaded(ids[0], 10);
+        assert_eq!(drain(&mut queue), vec![Head::Loaded { id: ids[0], due_ms: 10 }], "popping forgot the counters");
+    }
+
+    #[test]
+    fn clear_empties_both_kinds() {
+        let ids = ids(2);
+        let mut queue = DeliveryQueue::default();
+        queue.push_loaded(ids[0], 1);
+        queue.push(local(&ids[1], 2, 1));
+        queue.clear();
+        assert!(queue.is_empty());
+        assert!(!queue.contains(&ids[1], 2));
+        queue.push_loaded(ids[1], 2);
+        assert_eq!(drain(&mut queue), vec![Head::Loaded { id: ids[1], due_ms: 2 }]);
     }
 }
