@@ -63,7 +63,7 @@ pub fn delivery(ctx: &ApiContext, d: &Delivery, with_timeline: bool) -> Value {
         "endpoint_id": d.endpoint_id,
         "state": effective_state(ctx, d).as_str(),
         "attempt_count": d.attempt_count,
-        "next_attempt_at": opt_ts(d.next_attempt_at_ms),
+        "next_attempt_at": opt_ts(d.next_attempt_at_ms.get()),
         "created_at": ts(d.created_at_ms),
         "updated_at": ts(d.updated_at_ms),
     });

@@ -218,11 +218,37 @@ pub enum TimelineEntry {
     },
 }
 
+/// An optional unix-ms time in 8 bytes where `Option<u64>` takes 16: a
+/// delivery holds one, and a backlog holds a delivery per pending entry.
+/// `u64::MAX` stands for none; no wall clock reaches it, and a later time
+/// is kept as the last one before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalMs(u64);
+
+impl OptionalMs {
+    pub const NONE: Self = Self(u64::MAX);
+
+    pub fn at(ms: u64) -> Self {
+        Self(ms.min(u64::MAX - 1))
+    }
+
+    pub fn get(self) -> Option<u64> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+impl From<Option<u64>> for OptionalMs {
+    fn from(ms: Option<u64>) -> Self {
+        ms.map_or(Self::NONE, Self::at)
+    }
+}
+
 /// The delivery of one event to one endpoint.
 ///
 /// Encoded with its whole timeline, `Received` first (see [`Delivery::timeline`]);
 /// in memory the `Received` entry is implied by `created_at_ms`, so a pending
-/// delivery holds no timeline allocation at all.
+/// delivery holds no timeline allocation at all. It is 112 bytes (a test
+/// keeps it so): one allocator size class below 128.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "wire::DeliveryWire<Vec<TimelineEntry>>")]
 pub struct Delivery {
@@ -242,12 +268,14 @@ pub struct Delivery {
     /// When the current cycle began; bounds it by the policy's `max_age_s`.
     pub cycle_started_at_ms: u64,
     /// When the next attempt is due (pending and retrying deliveries).
-    pub next_attempt_at_ms: Option<u64>,
+    pub next_attempt_at_ms: OptionalMs,
     /// When it was received; also the time of its timeline's first entry.
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     /// The timeline after its first entry, `Received { at_ms: created_at_ms }`.
-    pub history: Vec<TimelineEntry>,
+    /// A boxed slice, not a `Vec`: no capacity to store, and an entry is
+    /// added once per attempt, so reallocating each time costs little.
+    pub history: Box<[TimelineEntry]>,
 }
 
 impl Delivery {
@@ -262,22 +290,24 @@ impl Delivery {
     /// entries (its `Received` entry included) by folding the oldest entries
     /// of its history into one `Truncated` marker.
     pub fn push_timeline(&mut self, entry: TimelineEntry) {
-        self.history.push(entry);
-        if self.history.len() + 1 > TIMELINE_ENTRIES_MAX {
+        let mut history = std::mem::take(&mut self.history).into_vec();
+        history.push(entry);
+        if history.len() + 1 > TIMELINE_ENTRIES_MAX {
             let at_ms = self.updated_at_ms;
-            let (dropped_before, start) = match self.history.first() {
+            let (dropped_before, start) = match history.first() {
                 Some(TimelineEntry::Truncated { dropped, .. }) => (*dropped, 1),
                 _ => (0, 0),
             };
-            let drop = self.history.len() + 1 - TIMELINE_ENTRIES_MAX + 1;
-            self.history.drain(start..start + drop);
+            let drop = history.len() + 1 - TIMELINE_ENTRIES_MAX + 1;
+            history.drain(start..start + drop);
             let marker = TimelineEntry::Truncated { at_ms, dropped: dropped_before + drop as u64 };
             if start == 1 {
-                self.history[0] = marker;
+                history[0] = marker;
             } else {
-                self.history.insert(0, marker);
+                history.insert(0, marker);
             }
         }
+        self.history = history.into_boxed_slice();
     }
 }
 
@@ -326,7 +356,7 @@ mod wire {
                 attempt_count: d.attempt_count,
                 cycle_attempts: d.cycle_attempts,
                 cycle_started_at_ms: d.cycle_started_at_ms,
-                next_attempt_at_ms: d.next_attempt_at_ms,
+                next_attempt_at_ms: d.next_attempt_at_ms.get(),
                 created_at_ms: d.created_at_ms,
                 updated_at_ms: d.updated_at_ms,
                 timeline,
@@ -361,7 +391,6 @@ mod wire {
                 _ => return Err(format!("delivery {}: its timeline must begin with its Received entry", w.id)),
             }
             timeline.remove(0);
-            timeline.shrink_to_fit();
             Ok(Delivery {
                 id: w.id,
                 event_id: w.event_id,
@@ -371,10 +400,10 @@ mod wire {
                 attempt_count: w.attempt_count,
                 cycle_attempts: w.cycle_attempts,
                 cycle_started_at_ms: w.cycle_started_at_ms,
-                next_attempt_at_ms: w.next_attempt_at_ms,
+                next_attempt_at_ms: w.next_attempt_at_ms.into(),
                 created_at_ms: w.created_at_ms,
                 updated_at_ms: w.updated_at_ms,
-                history: timeline,
+                history: timeline.into_boxed_slice(),
             })
         }
     }
@@ -403,4 +432,27 @@ pub struct ShardGrant {
     pub granted_at_ms: u64,
     /// Where a revoked shard should go once it is safe (an operator's move).
     pub next_owner: Option<NodeId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_ms_holds_every_time_a_clock_gives_and_none() {
+        for ms in [0, 1, 1_764_633_600_000, u64::MAX - 1] {
+            assert_eq!(OptionalMs::at(ms).get(), Some(ms));
+            assert_eq!(OptionalMs::from(Some(ms)).get(), Some(ms));
+        }
+        assert_eq!(OptionalMs::NONE.get(), None);
+        assert_eq!(OptionalMs::from(None).get(), None);
+        assert_eq!(OptionalMs::at(u64::MAX).get(), Some(u64::MAX - 1), "the one time it cannot hold is kept as due");
+    }
+
+    #[test]
+    fn a_delivery_fits_the_112_byte_size_class() {
+        // A backlog holds one boxed delivery per pending entry; 128 bytes is
+        // the next allocator size class up.
+        assert!(std::mem::size_of::<Delivery>() <= 112, "{} bytes", std::mem::size_of::<Delivery>());
+    }
 }

@@ -216,7 +216,7 @@ impl EndpointState {
                 (_, None) => self.queue.pop_head(),
                 (Head::Local(queued), Some(_)) => return Some(Ok(queued)),
                 (Head::Loaded { due_ms, .. }, Some(delivery)) => {
-                    let state_due_ms = delivery.next_attempt_at_ms.unwrap_or(0);
+                    let state_due_ms = delivery.next_attempt_at_ms.get().unwrap_or(0);
                     if state_due_ms == due_ms {
                         return Some(Ok(QueuedDelivery {
                             id,
@@ -461,7 +461,7 @@ fn load(
         if delivery.state.is_terminal() || delivery.endpoint_id != *endpoint_id {
             continue;
         }
-        let due_ms = delivery.next_attempt_at_ms.unwrap_or(0);
+        let due_ms = delivery.next_attempt_at_ms.get().unwrap_or(0);
         if queue.contains(&id, due_ms) || in_flight.contains_key(&id) {
             continue;
         }

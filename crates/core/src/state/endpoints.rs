@@ -3,7 +3,7 @@
 use super::ClusterState;
 use crate::command::{EndpointPatch, Response};
 use crate::ids::EndpointId;
-use crate::model::{DeliveryState, Endpoint, RetiredSecret, TimelineEntry};
+use crate::model::{DeliveryState, Endpoint, OptionalMs, RetiredSecret, TimelineEntry};
 use crate::signing::Secret;
 
 /// Retired secrets kept per endpoint; a rotation past this drops the oldest.
@@ -102,7 +102,7 @@ impl ClusterState {
         for delivery_id in active {
             if let Some(delivery) = self.deliveries.get_mut(&delivery_id) {
                 delivery.state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = None;
+                delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.updated_at_ms = now_ms;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.to_string() });
             }

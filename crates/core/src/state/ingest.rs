@@ -3,7 +3,7 @@
 use super::ClusterState;
 use crate::command::{IngestResult, NewEvent, Response};
 use crate::ids::{DeliveryId, EndpointId};
-use crate::model::{Delivery, DeliveryState, Event, TimelineEntry};
+use crate::model::{Delivery, DeliveryState, Event, OptionalMs, TimelineEntry};
 
 impl ClusterState {
     pub(super) fn ingest(&mut self, events: &[NewEvent], now_ms: u64) -> Response {
@@ -54,16 +54,16 @@ impl ClusterState {
                 attempt_count: 0,
                 cycle_attempts: 0,
                 cycle_started_at_ms: now_ms,
-                next_attempt_at_ms: Some(now_ms),
+                next_attempt_at_ms: OptionalMs::at(now_ms),
                 created_at_ms: now_ms,
                 updated_at_ms: now_ms,
-                history: Vec::new(),
+                history: Box::default(),
             };
             if disabled {
                 // Explicitly targeted at a disabled endpoint: keep it, dead-lettered, replayable.
                 delivery.state = DeliveryState::Dead;
                 delivery.initial_state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = None;
+                delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: "endpoint disabled".into() });
             } else {
                 self.index_delivery(&id, &endpoint_id, true);

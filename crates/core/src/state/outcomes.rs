@@ -3,7 +3,7 @@
 use super::ClusterState;
 use crate::command::{Outcome, Response};
 use crate::ids::NodeId;
-use crate::model::{DeliveryState, TimelineEntry};
+use crate::model::{DeliveryState, OptionalMs, TimelineEntry};
 use crate::retry::Decision;
 
 /// How one outcome of a batch was handled.
@@ -68,24 +68,24 @@ impl ClusterState {
         match &outcome.decision {
             Decision::Delivered => {
                 delivery.state = DeliveryState::Delivered;
-                delivery.next_attempt_at_ms = None;
+                delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
                 still_active = false;
             }
             Decision::Retry { at_ms } => {
                 delivery.state = DeliveryState::Retrying;
-                delivery.next_attempt_at_ms = Some(*at_ms);
+                delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
                 delivery.push_timeline(TimelineEntry::RetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
             }
             Decision::Dead { reason } => {
                 delivery.state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = None;
+                delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.clone() });
                 still_active = false;
             }
             Decision::Gone => {
                 delivery.state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = None;
+                delivery.next_attempt_at_ms = OptionalMs::NONE;
                 let reason = "endpoint answered 410 Gone; endpoint disabled".to_string();
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason });
                 still_active = false;

@@ -3,7 +3,7 @@
 use super::ClusterState;
 use crate::command::{ReplayTarget, Response};
 use crate::ids::{DeliveryId, EndpointId};
-use crate::model::{DeliveryState, TimelineEntry};
+use crate::model::{DeliveryState, OptionalMs, TimelineEntry};
 
 impl ClusterState {
     pub(super) fn replay(&mut self, target: &ReplayTarget, now_ms: u64) -> Response {
@@ -64,7 +64,7 @@ impl ClusterState {
             delivery.state = DeliveryState::Pending;
             delivery.cycle_attempts = 0;
             delivery.cycle_started_at_ms = now_ms;
-            delivery.next_attempt_at_ms = Some(now_ms);
+            delivery.next_attempt_at_ms = OptionalMs::at(now_ms);
             delivery.updated_at_ms = now_ms;
             delivery.push_timeline(TimelineEntry::Replayed { at_ms: now_ms });
             self.index_delivery(id, endpoint_id, true);

@@ -159,7 +159,7 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
         assert_eq!(state.deliveries[&id].state, DeliveryState::Retrying);
-        assert_eq!(state.deliveries[&id].next_attempt_at_ms, Some(9_000));
+        assert_eq!(state.deliveries[&id].next_attempt_at_ms.get(), Some(9_000));
     }
     let o = outcome(&state, &id, Some(200), Decision::Delivered);
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 7, outcomes: vec![o] });
@@ -426,7 +426,7 @@ fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery()
             attempt_count: d.attempt_count,
             cycle_attempts: d.cycle_attempts,
             cycle_started_at_ms: d.cycle_started_at_ms,
-            next_attempt_at_ms: d.next_attempt_at_ms,
+            next_attempt_at_ms: d.next_attempt_at_ms.get(),
             created_at_ms: d.created_at_ms,
             updated_at_ms: d.updated_at_ms,
             timeline: d.timeline(),
