@@ -18,9 +18,9 @@ use hookraft_core::breaker::{Admission, CircuitBreaker, Transition};
 use hookraft_core::command::Outcome;
 use hookraft_core::ids::{DeliveryId, EndpointId};
 use hookraft_core::model::Endpoint;
-use hookraft_core::state::ClusterState;
 use hookraft_core::ratelimit::TokenBucket;
 use hookraft_core::retry::{AttemptResult, Decision, decide};
+use hookraft_core::state::ClusterState;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -29,7 +29,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request};
 use crate::context::DeliveryContext;
 use crate::metrics::DeliveryMetrics;
-use crate::queue::{DeliveryQueue, Head, QueuedDelivery};
+use crate::queue::{DeliveryQueue, QueuedDelivery, Resolution, loaded_due_ms, resolve};
 use crate::transport::{SendError, SendOrigin, WebhookResponse};
 
 /// How long to wait before checking a lapsed lease again.
@@ -194,10 +194,9 @@ impl EndpointState {
 
     /// The earliest queued delivery if it is due at `now_ms`, with the
     /// counters of its next attempt, or else when the earliest is due.
-    /// Entries the state has finished meanwhile, and leftovers, are dropped
-    /// on the way; a loaded entry whose due time the state has moved (an
-    /// outcome of an earlier actor applied after this one loaded it) moves
-    /// with it.
+    /// Entries that are not to be attempted are dropped or moved on the
+    /// way (see [`resolve`]), before the rate limit and the breaker are
+    /// asked.
     fn due_head(&mut self, now_ms: u64) -> Option<Result<QueuedDelivery, u64>> {
         loop {
             let head = self.queue.head()?;
@@ -205,30 +204,17 @@ impl EndpointState {
                 return Some(Err(head.due_ms()));
             }
             let id = head.id();
-            if self.in_flight.contains_key(&id) {
-                self.queue.pop_head();
-                continue;
-            }
-            let guard = self.ctx.state.read();
-            let active =
-                guard.deliveries.get(&id).filter(|d| !d.state.is_terminal() && d.endpoint_id == self.endpoint_id);
-            match (head, active) {
-                (_, None) => self.queue.pop_head(),
-                (Head::Local(queued), Some(_)) => return Some(Ok(queued)),
-                (Head::Loaded { due_ms, .. }, Some(delivery)) => {
-                    let state_due_ms = delivery.next_attempt_at_ms.get().unwrap_or(0);
-                    if state_due_ms == due_ms {
-                        return Some(Ok(QueuedDelivery {
-                            id,
-                            due_ms,
-                            attempt_count: delivery.attempt_count,
-                            cycle_attempts: delivery.cycle_attempts,
-                            cycle_started_at_ms: delivery.cycle_started_at_ms,
-                        }));
-                    }
-                    drop(guard);
+            let in_flight = self.in_flight.contains_key(&id);
+            let resolution = {
+                let guard = self.ctx.state.read();
+                resolve(head, in_flight, guard.deliveries.get(&id).map(|d| &**d), &self.endpoint_id)
+            };
+            match resolution {
+                Resolution::Attempt(queued) => return Some(Ok(queued)),
+                Resolution::Drop => self.queue.pop_head(),
+                Resolution::Move { due_ms } => {
                     self.queue.pop_head();
-                    self.queue.push_loaded(id, state_due_ms);
+                    self.queue.push_loaded(id, due_ms);
                 }
             }
         }
@@ -461,7 +447,7 @@ fn load(
         if delivery.state.is_terminal() || delivery.endpoint_id != *endpoint_id {
             continue;
         }
-        let due_ms = delivery.next_attempt_at_ms.get().unwrap_or(0);
+        let due_ms = loaded_due_ms(delivery);
         if queue.contains(&id, due_ms) || in_flight.contains_key(&id) {
             continue;
         }

@@ -20,7 +20,8 @@
 use std::collections::BTreeMap;
 
 use hookraft_core::dense::DenseSet;
-use hookraft_core::ids::DeliveryId;
+use hookraft_core::ids::{DeliveryId, EndpointId};
+use hookraft_core::model::Delivery;
 
 /// A queued delivery with the counters of its next attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +80,59 @@ impl Head {
             Head::Local(queued) => queued.due_ms,
         }
     }
+}
+
+/// What to do with the queue's earliest entry, once it is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Attempt it, with these counters.
+    Attempt(QueuedDelivery),
+    /// Pop it: in flight already, finished, or no longer this endpoint's.
+    Drop,
+    /// Pop it and queue it as loaded at this time: the state has moved it.
+    Move { due_ms: u64 },
+}
+
+/// Decides what becomes of the earliest entry, given what the replicated
+/// state holds for its delivery (`None` if nothing) and whether an attempt
+/// of it is in flight here. Pure: the actor reads the state and applies the
+/// answer.
+///
+/// - A delivery in flight, finished or not this endpoint's is dropped.
+/// - A local entry is attempted with its own counters: the state may not
+///   have the outcome of the attempt that queued it yet.
+/// - A loaded entry is attempted with the state's counters if the state
+///   still has it due at the entry's time. Otherwise an outcome for it was
+///   applied after it was loaded (one an earlier actor of the endpoint
+///   reported), and it moves to the state's time, where a reload may have
+///   queued it already.
+pub fn resolve(head: Head, in_flight: bool, delivery: Option<&Delivery>, endpoint_id: &EndpointId) -> Resolution {
+    let Some(delivery) = delivery.filter(|d| !in_flight && !d.state.is_terminal() && d.endpoint_id == *endpoint_id)
+    else {
+        return Resolution::Drop;
+    };
+    match head {
+        Head::Local(queued) => Resolution::Attempt(queued),
+        Head::Loaded { id, due_ms } => {
+            let state_due_ms = loaded_due_ms(delivery);
+            if state_due_ms != due_ms {
+                return Resolution::Move { due_ms: state_due_ms };
+            }
+            Resolution::Attempt(QueuedDelivery {
+                id,
+                due_ms,
+                attempt_count: delivery.attempt_count,
+                cycle_attempts: delivery.cycle_attempts,
+                cycle_started_at_ms: delivery.cycle_started_at_ms,
+            })
+        }
+    }
+}
+
+/// The time a delivery is queued at when loaded from the state: its next
+/// attempt's, or at once if it has none.
+pub fn loaded_due_ms(delivery: &Delivery) -> u64 {
+    delivery.next_attempt_at_ms.get().unwrap_or(0)
 }
 
 /// Deliveries waiting for an attempt, earliest first. The index is kept
@@ -154,6 +208,7 @@ impl DeliveryQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hookraft_core::model::DeliveryState;
     use rand::SeedableRng;
 
     fn local(id: &DeliveryId, due_ms: u64, attempt_count: u32) -> QueuedDelivery {
@@ -275,5 +330,84 @@ mod tests {
         assert!(!queue.contains(&ids[1], 2));
         queue.push_loaded(ids[1], 2);
         assert_eq!(drain(&mut queue), vec![Head::Loaded { id: ids[1], due_ms: 2 }]);
+    }
+
+    fn delivery(id: DeliveryId, endpoint_id: EndpointId, next_attempt: Option<u64>) -> Delivery {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        Delivery {
+            id,
+            event_id: hookraft_core::ids::EventId::generate(1, &mut rng),
+            endpoint_id,
+            state: DeliveryState::Retrying,
+            initial_state: DeliveryState::Pending,
+            attempt_count: 5,
+            cycle_attempts: 2,
+            cycle_started_at_ms: 100,
+            next_attempt_at_ms: next_attempt.into(),
+            created_at_ms: 1,
+            updated_at_ms: 90,
+            history: Box::default(),
+        }
+    }
+
+    fn endpoint() -> EndpointId {
+        EndpointId::generate(1, &mut rand::rngs::StdRng::seed_from_u64(8))
+    }
+
+    #[test]
+    fn a_loaded_entry_due_when_the_state_says_is_attempted_with_the_states_counters() {
+        let (id, endpoint) = (ids(1)[0], endpoint());
+        let d = delivery(id, endpoint, Some(40));
+        assert_eq!(
+            resolve(Head::Loaded { id, due_ms: 40 }, false, Some(&d), &endpoint),
+            Resolution::Attempt(QueuedDelivery {
+                id,
+                due_ms: 40,
+                attempt_count: 5,
+                cycle_attempts: 2,
+                cycle_started_at_ms: 100
+            })
+        );
+    }
+
+    #[test]
+    fn a_loaded_entry_the_state_has_moved_moves_with_it() {
+        let (id, endpoint) = (ids(1)[0], endpoint());
+        // Loaded due at 40; an earlier actor's retry outcome then moved it to 900.
+        let d = delivery(id, endpoint, Some(900));
+        assert_eq!(
+            resolve(Head::Loaded { id, due_ms: 40 }, false, Some(&d), &endpoint),
+            Resolution::Move { due_ms: 900 }
+        );
+        let unscheduled = delivery(id, endpoint, None);
+        assert_eq!(
+            resolve(Head::Loaded { id, due_ms: 40 }, false, Some(&unscheduled), &endpoint),
+            Resolution::Move { due_ms: 0 }
+        );
+    }
+
+    #[test]
+    fn a_local_entry_keeps_its_own_counters_whatever_the_state_says() {
+        let (id, endpoint) = (ids(1)[0], endpoint());
+        let d = delivery(id, endpoint, Some(40));
+        let own = local(&id, 70, 6);
+        assert_eq!(resolve(Head::Local(own.clone()), false, Some(&d), &endpoint), Resolution::Attempt(own));
+    }
+
+    #[test]
+    fn an_entry_in_flight_finished_gone_or_of_another_endpoint_is_dropped() {
+        let (id, endpoint) = (ids(1)[0], endpoint());
+        let pending = delivery(id, endpoint, Some(40));
+        let heads = [Head::Loaded { id, due_ms: 40 }, Head::Local(local(&id, 40, 1))];
+        for head in heads {
+            assert_eq!(resolve(head.clone(), true, Some(&pending), &endpoint), Resolution::Drop, "in flight");
+            assert_eq!(resolve(head.clone(), false, None, &endpoint), Resolution::Drop, "not in the state");
+            for finished in [DeliveryState::Delivered, DeliveryState::Dead] {
+                let d = Delivery { state: finished, ..delivery(id, endpoint, None) };
+                assert_eq!(resolve(head.clone(), false, Some(&d), &endpoint), Resolution::Drop, "{finished:?}");
+            }
+            let other = EndpointId::generate(2, &mut rand::rngs::StdRng::seed_from_u64(9));
+            assert_eq!(resolve(head.clone(), false, Some(&pending), &other), Resolution::Drop, "another endpoint's");
+        }
     }
 }
