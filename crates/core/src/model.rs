@@ -286,6 +286,14 @@ impl Delivery {
             .collect()
     }
 
+    /// Whether the timeline records this attempt already.
+    pub fn has_attempt(&self, record: &AttemptRecord) -> bool {
+        self.history
+            .iter()
+            .rev()
+            .any(|entry| matches!(entry, TimelineEntry::Attempt { attempt, .. } if **attempt == *record))
+    }
+
     /// Appends to the timeline, keeping it within [`TIMELINE_ENTRIES_MAX`]
     /// entries (its `Received` entry included) by folding the oldest entries
     /// of its history into one `Truncated` marker.

@@ -129,7 +129,10 @@ pub fn decide(
         // Honour the receiver's wish, but never wait longer than the cap.
         delay_ms = delay_ms.max(asked_ms.min(policy.cap_ms));
     }
-    let at_ms = now_ms.saturating_add(delay_ms);
+    // At least a millisecond: a delivery's attempts under one grant then all
+    // start at distinct times, which is what lets apply tell an outcome
+    // proposed twice from a second attempt (`ClusterState::record_outcomes`).
+    let at_ms = now_ms.saturating_add(delay_ms.max(1));
     let deadline_ms = cycle_started_at_ms.saturating_add(policy.max_age_s.saturating_mul(1000));
     if at_ms > deadline_ms {
         let age_s = at_ms.saturating_sub(cycle_started_at_ms) / 1000;
@@ -326,6 +329,22 @@ mod tests {
             match decide(&policy, &result, 3, now, now, &mut rng()) {
                 Decision::Retry { at_ms } => assert!((now..=now + 20_000).contains(&at_ms), "{result:?}"),
                 other => panic!("{result:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_retry_is_never_due_in_the_millisecond_its_attempt_ended() {
+        // A ceiling of 1 ms draws a delay of 0 about half the time.
+        let policy = RetryPolicy { attempts_max: 100, base_ms: 1, cap_ms: 1, max_age_s: 60 };
+        let mut draws = rng();
+        assert!((0..64).any(|_| policy.backoff_ms(0, &mut draws) == 0), "the test must draw a zero delay");
+        let now = 5_000;
+        let mut jitter = rng();
+        for result in [status(500), AttemptResult::Status { code: 503, retry_after_ms: Some(0) }, AttemptResult::Failed]
+        {
+            for _ in 0..64 {
+                assert_eq!(decide(&policy, &result, 1, now, now, &mut jitter), Decision::Retry { at_ms: now + 1 });
             }
         }
     }

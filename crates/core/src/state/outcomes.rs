@@ -12,7 +12,8 @@ enum Verdict {
     Applied,
     /// Its token is not the shard's current grant to the reporting node.
     Stale,
-    /// Its delivery no longer exists or is already delivered.
+    /// Its delivery no longer exists or is already delivered, or the
+    /// outcome was recorded already.
     Ignored,
 }
 
@@ -42,6 +43,17 @@ impl ClusterState {
         let fenced = fenced && !crate::breaks::skip_fencing();
         if fenced {
             return Verdict::Stale;
+        }
+        if delivery.has_attempt(&outcome.attempt) {
+            // The outcome batcher proposes a batch again when it cannot tell
+            // whether it committed (a forward that timed out after the
+            // commit), so an outcome can come twice. Its attempt record
+            // (node, token, start time, result) names one attempt: a retry
+            // is never due in the millisecond its attempt ended
+            // (`retry::decide`), so one delivery's attempts under one grant
+            // start at distinct times. Counting it again would take an
+            // attempt off the delivery's retry budget.
+            return Verdict::Ignored;
         }
         let delivery = self.deliveries.get_mut(&outcome.delivery_id).expect("looked up above");
         if delivery.state.is_terminal() {

@@ -73,7 +73,9 @@ fn outcome(state: &ClusterState, delivery: &DeliveryId, status: Option<u16>, dec
         attempt: AttemptRecord {
             node_id: NODE,
             fencing_token: state.grant_for(endpoint).token,
-            started_at_ms: 3_000,
+            // Each attempt of a delivery starts at its own time (as the
+            // actor's do), so its outcome is not taken for a repeat.
+            started_at_ms: 3_000 + u64::from(state.deliveries[delivery].attempt_count),
             latency_ms: 5,
             status_code: status,
             error: None,
@@ -446,4 +448,33 @@ fn a_delivery_whose_timeline_lacks_its_received_entry_is_refused_on_decode() {
     encoded["timeline"] = serde_json::json!([]);
     let error = serde_json::from_value::<Delivery>(encoded).expect_err("refused");
     assert!(error.to_string().contains("must begin with its Received entry"), "{error}");
+}
+
+#[test]
+fn an_outcome_batch_committed_twice_counts_each_attempt_once() {
+    // The batcher proposes a batch again when it cannot tell whether it
+    // committed; if it had, each outcome comes a second time.
+    for decision in [Decision::Retry { at_ms: 9_000 }, Decision::Delivered, Decision::Dead { reason: "no".into() }] {
+        let (mut state, _, id) = one_pending(21);
+        let status = if decision == Decision::Delivered { 200 } else { 500 };
+        let batch = vec![outcome(&state, &id, Some(status), decision.clone())];
+        let first = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: batch.clone() });
+        assert_eq!(first, Response::OutcomesApplied { applied: 1, stale: 0, ignored: 0 }, "{decision:?}");
+        let after_first = state.clone();
+        let again = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 8, outcomes: batch });
+        assert_eq!(again, Response::OutcomesApplied { applied: 0, stale: 0, ignored: 1 }, "{decision:?}");
+        assert_eq!(state, after_first, "the repeat changed nothing ({decision:?})");
+        assert_eq!(state.deliveries[&id].attempt_count, 1);
+    }
+}
+
+#[test]
+fn a_second_attempt_with_the_same_result_is_counted() {
+    let (mut state, _, id) = one_pending(22);
+    for expected in 1..=3 {
+        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
+        state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
+        assert_eq!(state.deliveries[&id].attempt_count, expected);
+        assert_eq!(state.deliveries[&id].cycle_attempts, expected);
+    }
 }
