@@ -217,3 +217,62 @@ async fn added_fourth_node_catches_up_becomes_a_voter_and_takes_shards() {
     let event = send_event(node4, &json!({"type": "t", "payload": {"n": 2}})).await;
     wait_delivery_state(node4, &event.delivery_for(&endpoint_id), "delivered", DEADLINE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_leader_leaves_the_others_a_leader_and_the_removed_node_names_none() {
+    let receiver = ScriptedReceiver::start().await;
+    let cluster = TestCluster::start().await;
+    cluster.wait_settled().await;
+    let removed = cluster.leader_id().await;
+    let stay = cluster.followers().await;
+
+    // Asked of a follower, forwarded to the leader, which removes itself.
+    let (status, _, answer) = cluster.node(stay[0]).delete(&format!("/v1/cluster/nodes/{removed}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "removing the leader, node {removed}, answered {answer}");
+
+    let new_leader = cluster
+        .wait_view(stay[0], DEADLINE, "the remaining nodes to elect a leader among themselves", |v| match v.leader_id {
+            Some(l) if stay.contains(&l) && v.node(removed).and_then(|n| n.voter) != Some(true) => Ok(l),
+            other => Err(format!("leader {other:?}")),
+        })
+        .await;
+    cluster
+        .wait_view(stay[1], DEADLINE, "the other remaining node to name the same leader", |v| {
+            if v.leader_id == Some(new_leader) { Ok(()) } else { Err(format!("leader {:?}", v.leader_id)) }
+        })
+        .await;
+    cluster
+        .wait_view(removed, DEADLINE, "the removed node to stop naming itself leader", |v| {
+            if v.leader_id == Some(removed) { Err("it still names itself".into()) } else { Ok(()) }
+        })
+        .await;
+    eventually(DEADLINE, POLL_INTERVAL, "the removed node to report itself not ready", async || {
+        cluster.node(removed).get_json("/readyz").await.0 != StatusCode::OK
+    })
+    .await;
+    cluster
+        .wait_view(new_leader, DEADLINE, "the removed node's shards to move to the others", |v| {
+            if v.shards_of(removed).is_empty() && v.unowned() == 0 {
+                Ok(())
+            } else {
+                Err(format!("{} shards on the removed node, {} unowned", v.shards_of(removed).len(), v.unowned()))
+            }
+        })
+        .await;
+
+    // Its removal could not forget it (it had no leader any more to commit
+    // that); the new leader does once its liveness has expired.
+    cluster
+        .wait_view(new_leader, DEADLINE, "the new leader to forget the removed node", |v| match v.node(removed) {
+            None => Ok(()),
+            Some(n) => Err(format!("still listed: {n:?}")),
+        })
+        .await;
+
+    let node = cluster.node(stay[1]);
+    let (endpoint_id, _) = register_endpoint(node, &json!({"url": receiver.url("kept"), "retry": retry_quick()})).await;
+    let event = send_event(node, &json!({"type": "t", "payload": {}})).await;
+    let delivery = wait_delivery_state(node, &event.delivery_for(&endpoint_id), "delivered", DEADLINE).await;
+    let (sender, _) = successful_sender(&delivery);
+    assert!(stay.contains(&sender), "sent by a remaining node, not {sender}: {delivery:#}");
+}

@@ -107,6 +107,21 @@ pub fn plan(state: &ClusterState, voters: &BTreeSet<NodeId>, timing: Timing) -> 
     plan
 }
 
+/// Nodes the state keeps a liveness record of although they are no member
+/// of the cluster (no voter, no learner) and their liveness expired more
+/// than `drift_margin_ms` ago: removed nodes whose removal did not also
+/// forget them (the leader removed itself, or the removal answered late).
+/// The leader forgets them; their shards move by [`plan`] either way.
+pub fn departed(state: &ClusterState, members: &BTreeSet<NodeId>, timing: Timing) -> Vec<NodeId> {
+    state
+        .nodes
+        .values()
+        .filter(|record| !members.contains(&record.id))
+        .filter(|record| record.live_until_ms.saturating_add(timing.drift_margin_ms) <= timing.now_ms)
+        .map(|record| record.id)
+        .collect()
+}
+
 fn least_loaded(owned: &BTreeMap<NodeId, Vec<Shard>>) -> NodeId {
     owned.iter().min_by_key(|(id, s)| (s.len(), **id)).map(|(id, _)| *id).expect("at least one eligible node")
 }
@@ -162,6 +177,17 @@ mod tests {
         let p = plan(state, &voters.iter().copied().collect(), at(now_ms));
         apply(state, p.clone(), now_ms);
         p
+    }
+
+    #[test]
+    fn departed_names_non_members_only_once_their_liveness_has_expired() {
+        let state = cluster(&[1, 2, 3, 4], 0);
+        let members: BTreeSet<NodeId> = [1, 2, 3].into();
+        let expired = LEASE + MARGIN;
+        assert_eq!(departed(&state, &members, at(expired - 1)), Vec::<NodeId>::new(), "node 4 may still be live");
+        assert_eq!(departed(&state, &members, at(expired)), vec![4]);
+        let everyone: BTreeSet<NodeId> = [1, 2, 3, 4].into();
+        assert!(departed(&state, &everyone, at(expired * 10)).is_empty(), "a member is never departed, even dead");
     }
 
     fn counts(state: &ClusterState) -> BTreeMap<Option<NodeId>, usize> {

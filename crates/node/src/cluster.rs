@@ -125,7 +125,7 @@ impl ClusterProposer {
     fn leader(&self) -> Option<(NodeId, Option<String>)> {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        let leader = m.current_leader?;
+        let leader = hookraft_raft::known_leader(&m)?;
         Some((leader, m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())))
     }
 
@@ -136,7 +136,7 @@ impl ClusterProposer {
     /// Resolves when this node's view of the leader differs from `from`.
     async fn leader_changed(&self, from: Option<NodeId>) {
         let mut metrics = self.raft.metrics();
-        while metrics.borrow_and_update().current_leader == from {
+        while hookraft_raft::known_leader(&metrics.borrow_and_update()) == from {
             if metrics.changed().await.is_err() {
                 return;
             }
@@ -242,7 +242,8 @@ impl MembershipAdmin {
     fn leader(&self) -> Result<(NodeId, Option<String>, bool), AdminError> {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        let leader = m.current_leader.ok_or_else(|| AdminError::Unavailable("no leader; retry shortly".into()))?;
+        let leader = hookraft_raft::known_leader(&m)
+            .ok_or_else(|| AdminError::Unavailable("no leader; retry shortly".into()))?;
         let addr = m.membership_config.membership().get_node(&leader).map(|n| n.addr.clone());
         Ok((leader, addr, leader == m.id))
     }

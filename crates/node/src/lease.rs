@@ -12,6 +12,7 @@
 //! [`DRIFT_MARGIN_MS`]), of draining or departed nodes, and unowned shards
 //! are granted to live nodes, each grant under a new fencing token.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -149,32 +150,43 @@ impl LeaseLoop {
         }
     }
 
-    /// As leader: grants shards that have no live, eligible owner.
+    /// As leader: grants shards that have no live, eligible owner, and
+    /// forgets departed nodes.
     async fn leader_duties(&self) {
-        let voters: std::collections::BTreeSet<NodeId> = {
+        let (voters, members): (BTreeSet<NodeId>, BTreeSet<NodeId>) = {
             let metrics = self.raft.metrics();
             let m = metrics.borrow();
-            if m.current_leader != Some(self.node_id) {
+            if hookraft_raft::known_leader(&m) != Some(self.node_id) {
                 return;
             }
-            m.membership_config.membership().voter_ids().collect()
+            let membership = m.membership_config.membership();
+            (membership.voter_ids().collect(), membership.nodes().map(|(id, _)| *id).collect())
         };
         let timing = rebalance::Timing {
             now_ms: self.clock.wall_ms(),
             lease_ms: self.lease_ms,
             drift_margin_ms: DRIFT_MARGIN_MS,
         };
-        let plan = rebalance::plan(&self.state.read(), &voters, timing);
-        if plan.is_empty() {
-            return;
+        let (plan, departed) = {
+            let state = self.state.read();
+            (rebalance::plan(&state, &voters, timing), rebalance::departed(&state, &members, timing))
+        };
+        let mut commands = Vec::with_capacity(2 + departed.len());
+        for node_id in departed {
+            tracing::info!(node = node_id, "forgetting a node that left the cluster");
+            commands.push(Command::ForgetNode { node_id, now_ms: timing.now_ms });
         }
-        tracing::info!(revoke = plan.revoke.len(), grant = plan.grant.len(), "rebalancing shards");
-        let mut commands = Vec::with_capacity(2);
+        if !plan.is_empty() {
+            tracing::info!(revoke = plan.revoke.len(), grant = plan.grant.len(), "rebalancing shards");
+        }
         if !plan.revoke.is_empty() {
             commands.push(Command::RevokeShards { now_ms: timing.now_ms, shards: plan.revoke });
         }
         if !plan.grant.is_empty() {
             commands.push(Command::AssignShards { now_ms: timing.now_ms, grants: plan.grant });
+        }
+        if commands.is_empty() {
+            return;
         }
         if let Err(error) = self.proposer.propose(Command::Batch(commands)).await {
             tracing::warn!(%error, "could not rebalance shards");

@@ -293,9 +293,9 @@ impl RaftView {
         let counter = leader_changes.clone();
         let mut metrics = raft.metrics();
         tokio::spawn(async move {
-            let mut leader = metrics.borrow().current_leader;
+            let mut leader = hookraft_raft::known_leader(&metrics.borrow());
             while metrics.changed().await.is_ok() {
-                let now = metrics.borrow().current_leader;
+                let now = hookraft_raft::known_leader(&metrics.borrow());
                 if now != leader {
                     leader = now;
                     counter.fetch_add(1, Ordering::Relaxed);
@@ -308,7 +308,7 @@ impl RaftView {
 
 impl ClusterView for RaftView {
     fn leader_id(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
+        hookraft_raft::known_leader(&self.raft.metrics().borrow())
     }
 
     fn term(&self) -> u64 {
@@ -318,7 +318,7 @@ impl ClusterView for RaftView {
     fn ready(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        m.current_leader.is_some() && m.last_applied.is_some() && self.lease_valid()
+        hookraft_raft::known_leader(&m).is_some() && m.last_applied.is_some() && self.lease_valid()
     }
 
     fn leader_changes(&self) -> u64 {

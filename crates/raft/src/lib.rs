@@ -116,6 +116,20 @@ pub type StorageError = openraft::StorageError<NodeId>;
 /// openraft's metrics of a running node.
 pub type RaftMetrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
 
+/// The leader a node's metrics name, unless they name the node itself and
+/// it is no voter of its own membership config. openraft 0.9 lets a leader
+/// that removed itself from the cluster go on as a leader of no one (its
+/// state, its vote and `current_leader` all still say so), and no leader
+/// of the new membership ever contacts it to say otherwise: it knows no
+/// leader.
+pub fn known_leader(metrics: &RaftMetrics) -> Option<NodeId> {
+    metrics.current_leader.filter(|&leader| {
+        leader != metrics.id
+            || (metrics.state == openraft::ServerState::Leader
+                && metrics.membership_config.membership().voter_ids().any(|voter| voter == leader))
+    })
+}
+
 /// Where a node keeps its Raft store.
 #[derive(Debug, Clone)]
 pub enum Backend {

@@ -168,7 +168,13 @@ async fn add_node(
 async fn remove_node(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let node_id = parse_node(&id)?;
     ctx.admin.remove_node(node_id).await.map_err(admin_problem)?;
+    // The node is out of the cluster; forget its record now if a leader can
+    // commit it. A leader that removed itself knows no leader any more, so
+    // this can fail: the new leader forgets the node once its liveness has
+    // expired (`rebalance::departed`), and its shards move meanwhile.
     let now_ms = ctx.clock.wall_ms();
-    commit(&ctx, Command::ForgetNode { node_id, now_ms }).await?;
+    if let Err(problem) = commit(&ctx, Command::ForgetNode { node_id, now_ms }).await {
+        tracing::info!(node = node_id, ?problem, "removed; the leader will forget the node's record");
+    }
     Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": node_id, "removed": true }))))
 }
