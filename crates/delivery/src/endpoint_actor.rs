@@ -29,7 +29,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request};
 use crate::context::DeliveryContext;
 use crate::metrics::DeliveryMetrics;
-use crate::queue::{DeliveryQueue, QueuedDelivery, Resolution, loaded_due_ms, resolve};
+use crate::queue::{DeliveryQueue, QueuedDelivery, Resolution, is_active_for, loaded_due_ms, resolve};
 use crate::transport::{SendError, SendOrigin, WebhookResponse};
 
 /// How long to wait before checking a lapsed lease again.
@@ -278,7 +278,8 @@ impl EndpointState {
     ) {
         let plan = {
             let guard = self.ctx.state.read();
-            let Some(delivery) = guard.deliveries.get(&queued.id).filter(|d| !d.state.is_terminal()) else {
+            let Some(delivery) = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))
+            else {
                 return; // dead-lettered or deleted meanwhile
             };
             let Some(event) = guard.events.get(&delivery.event_id) else { return };
@@ -443,10 +444,7 @@ fn load(
     ids: impl Iterator<Item = DeliveryId>,
 ) {
     for id in ids {
-        let Some(delivery) = state.deliveries.get(&id) else { continue };
-        if delivery.state.is_terminal() || delivery.endpoint_id != *endpoint_id {
-            continue;
-        }
+        let Some(delivery) = state.deliveries.get(&id).filter(|d| is_active_for(d, endpoint_id)) else { continue };
         let due_ms = loaded_due_ms(delivery);
         if queue.contains(&id, due_ms) || in_flight.contains_key(&id) {
             continue;

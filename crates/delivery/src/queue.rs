@@ -35,27 +35,6 @@ pub struct QueuedDelivery {
     pub cycle_started_at_ms: u64,
 }
 
-/// The counters of a local entry; its id is the key.
-#[derive(Debug, Clone, Copy)]
-struct Counters {
-    due_ms: u64,
-    attempt_count: u32,
-    cycle_attempts: u32,
-    cycle_started_at_ms: u64,
-}
-
-impl Counters {
-    fn of(delivery: &QueuedDelivery) -> Self {
-        let QueuedDelivery { id: _, due_ms, attempt_count, cycle_attempts, cycle_started_at_ms } = *delivery;
-        Self { due_ms, attempt_count, cycle_attempts, cycle_started_at_ms }
-    }
-
-    fn with_id(self, id: DeliveryId) -> QueuedDelivery {
-        let Self { due_ms, attempt_count, cycle_attempts, cycle_started_at_ms } = self;
-        QueuedDelivery { id, due_ms, attempt_count, cycle_attempts, cycle_started_at_ms }
-    }
-}
-
 /// The earliest entry of the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Head {
@@ -107,8 +86,7 @@ pub enum Resolution {
 ///   reported), and it moves to the state's time, where a reload may have
 ///   queued it already.
 pub fn resolve(head: Head, in_flight: bool, delivery: Option<&Delivery>, endpoint_id: &EndpointId) -> Resolution {
-    let Some(delivery) = delivery.filter(|d| !in_flight && !d.state.is_terminal() && d.endpoint_id == *endpoint_id)
-    else {
+    let Some(delivery) = delivery.filter(|d| !in_flight && is_active_for(d, endpoint_id)) else {
         return Resolution::Drop;
     };
     match head {
@@ -129,6 +107,12 @@ pub fn resolve(head: Head, in_flight: bool, delivery: Option<&Delivery>, endpoin
     }
 }
 
+/// Whether the delivery still waits for an attempt to `endpoint_id`: not
+/// finished, and that endpoint's.
+pub fn is_active_for(delivery: &Delivery, endpoint_id: &EndpointId) -> bool {
+    !delivery.state.is_terminal() && delivery.endpoint_id == *endpoint_id
+}
+
 /// The time a delivery is queued at when loaded from the state: its next
 /// attempt's, or at once if it has none.
 pub fn loaded_due_ms(delivery: &Delivery) -> u64 {
@@ -140,7 +124,8 @@ pub fn loaded_due_ms(delivery: &Delivery) -> u64 {
 #[derive(Debug, Default)]
 pub struct DeliveryQueue {
     by_due: DenseSet<(u64, DeliveryId)>,
-    local: BTreeMap<DeliveryId, Counters>,
+    /// Local entries, with the counters of their next attempt.
+    local: BTreeMap<DeliveryId, QueuedDelivery>,
 }
 
 impl DeliveryQueue {
@@ -155,10 +140,11 @@ impl DeliveryQueue {
     /// Queues a delivery with the actor's own counters, moving it if the
     /// actor held it locally already.
     pub fn push(&mut self, delivery: QueuedDelivery) {
-        if let Some(old) = self.local.insert(delivery.id, Counters::of(&delivery)) {
-            self.by_due.remove(&(old.due_ms, delivery.id));
+        let key = (delivery.due_ms, delivery.id);
+        if let Some(old) = self.local.insert(delivery.id, delivery) {
+            self.by_due.remove(&(old.due_ms, old.id));
         }
-        self.by_due.insert((delivery.due_ms, delivery.id));
+        self.by_due.insert(key);
     }
 
     /// Whether the delivery is queued, held locally or loaded at the due
@@ -182,7 +168,7 @@ impl DeliveryQueue {
             let &(due_ms, id) = self.by_due.first()?;
             match self.local.get(&id) {
                 None => return Some(Head::Loaded { id, due_ms }),
-                Some(counters) if counters.due_ms == due_ms => return Some(Head::Local(counters.with_id(id))),
+                Some(queued) if queued.due_ms == due_ms => return Some(Head::Local(queued.clone())),
                 Some(_) => {
                     self.by_due.pop_first();
                 }
@@ -193,7 +179,7 @@ impl DeliveryQueue {
     /// Removes the earliest entry (the one [`head`](Self::head) returned).
     pub fn pop_head(&mut self) {
         if let Some((due_ms, id)) = self.by_due.pop_first()
-            && self.local.get(&id).is_some_and(|counters| counters.due_ms == due_ms)
+            && self.local.get(&id).is_some_and(|queued| queued.due_ms == due_ms)
         {
             self.local.remove(&id);
         }
