@@ -3,6 +3,7 @@
 
 use hookraft_core::breaker::BreakerStatus;
 use hookraft_core::clock::format_rfc3339_ms;
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::model::{Delivery, DeliveryState, Endpoint, Event, TimelineEntry};
 use hookraft_core::retry::RetryPolicy;
 use serde_json::{Value, json};
@@ -99,16 +100,34 @@ pub fn timeline_entry(entry: &TimelineEntry) -> Value {
     }
 }
 
-/// The short delivery list of an ingest answer: creation states, so a
-/// replayed answer equals the first.
-pub fn ingest_answer(event: &Event, deliveries: &[(&Delivery, DeliveryState)]) -> Value {
-    json!({
-        "id": event.id,
-        "type": event.event_type,
-        "deliveries": deliveries.iter().map(|(d, state)| json!({
-            "id": d.id, "endpoint_id": d.endpoint_id, "state": state.as_str(),
-        })).collect::<Vec<_>>(),
-    })
+/// The answer to an ingest: the event and the short list of its
+/// deliveries in their creation states, so a replayed answer equals the
+/// first. Borrowed and serialized as is (no JSON tree is built): it is
+/// written once per accepted event.
+#[derive(Debug, serde::Serialize)]
+pub struct IngestAnswer<'a> {
+    id: &'a EventId,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    deliveries: Vec<IngestedDelivery<'a>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct IngestedDelivery<'a> {
+    id: &'a DeliveryId,
+    endpoint_id: &'a EndpointId,
+    state: &'static str,
+}
+
+pub fn ingest_answer<'a>(event: &'a Event, deliveries: &[(&'a Delivery, DeliveryState)]) -> IngestAnswer<'a> {
+    IngestAnswer {
+        id: &event.id,
+        event_type: &event.event_type,
+        deliveries: deliveries
+            .iter()
+            .map(|(d, state)| IngestedDelivery { id: &d.id, endpoint_id: &d.endpoint_id, state: state.as_str() })
+            .collect(),
+    }
 }
 
 pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value {

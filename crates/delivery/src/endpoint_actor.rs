@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hookraft_core::breaker::{Admission, CircuitBreaker, Transition};
 use hookraft_core::command::Outcome;
-use hookraft_core::ids::{DeliveryId, EndpointId};
+use hookraft_core::ids::{DeliveryId, EndpointId, Shard};
 use hookraft_core::model::Endpoint;
 use hookraft_core::ratelimit::TokenBucket;
 use hookraft_core::retry::{AttemptResult, Decision, decide};
@@ -78,8 +78,12 @@ struct InFlight {
 pub struct EndpointState {
     ctx: DeliveryContext,
     endpoint_id: EndpointId,
-    /// A copy of the replicated settings, refreshed on `Refresh`. `None` once deleted.
-    endpoint: Option<Endpoint>,
+    /// `endpoint_id`'s shard, which every attempt names.
+    shard: Shard,
+    /// A copy of the replicated settings, refreshed on `Refresh`. `None`
+    /// once deleted. Shared, because each message handled and each attempt
+    /// finished holds it while the state is borrowed mutably.
+    endpoint: Option<Arc<Endpoint>>,
     queue: DeliveryQueue,
     in_flight: BTreeMap<DeliveryId, InFlight>,
     breaker: CircuitBreaker,
@@ -112,6 +116,7 @@ impl Actor for EndpointActor {
             rng: StdRng::seed_from_u64(seed),
             timer: None,
             reported_depth: 0,
+            shard: endpoint_id.shard(),
             endpoint_id,
             ctx,
         };
@@ -172,7 +177,7 @@ impl Actor for EndpointActor {
 
 impl EndpointState {
     fn refresh_settings(&mut self) {
-        let endpoint = self.ctx.state.read().endpoints.get(&self.endpoint_id).cloned();
+        let endpoint = self.ctx.state.read().endpoints.get(&self.endpoint_id).cloned().map(Arc::new);
         let now_ms = self.ctx.clock.wall_ms();
         self.bucket = match endpoint.as_ref().and_then(|e| e.rate_limit_per_s) {
             // Keep the bucket (and its tokens) when the rate is unchanged.
@@ -226,7 +231,7 @@ impl EndpointState {
         if endpoint.disabled {
             return;
         }
-        let shard = self.endpoint_id.shard();
+        let shard = self.shard;
         loop {
             if self.in_flight.len() >= endpoint.max_in_flight as usize {
                 return; // an attempt's Done will pump again
@@ -291,7 +296,7 @@ impl EndpointState {
             }
         };
         let origin =
-            SendOrigin { node_id: self.ctx.node_id, shard: self.endpoint_id.shard(), token, started_at_ms: now_ms };
+            SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
         let request = build_request(endpoint, &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();
@@ -345,7 +350,7 @@ impl EndpointState {
         }
         let outcome = Outcome {
             delivery_id: queued.id,
-            shard: self.endpoint_id.shard(),
+            shard: self.shard,
             token: flight.token,
             attempt: attempt_record(
                 self.ctx.node_id,
@@ -364,7 +369,7 @@ impl EndpointState {
         // grant, not the lease: a lease that merely lapsed leaves the token,
         // and the outcome, valid. The supervisor's reload on a token change
         // covers attempts that finished before the change.
-        let superseded = self.ctx.ownership.granted_token(self.endpoint_id.shard()) != Some(flight.token);
+        let superseded = self.ctx.ownership.granted_token(self.shard) != Some(flight.token);
         match decision {
             Decision::Delivered | Decision::Dead { .. } | Decision::Gone if superseded => {
                 self.queue.push(QueuedDelivery { due_ms: now_ms, ..queued });
@@ -378,7 +383,7 @@ impl EndpointState {
             Decision::Gone => {
                 // Stop at once; the log disables the endpoint and dead-letters the rest.
                 if let Some(e) = self.endpoint.as_mut() {
-                    e.disabled = true;
+                    Arc::make_mut(e).disabled = true;
                 }
                 self.queue.clear();
             }

@@ -86,9 +86,10 @@ impl HttpTransport {
         })?;
         let headers = header_map(&request.headers)?;
         let timeout = request.timeout;
-        let attempt = self.client.post(url).headers(headers).timeout(timeout).body(request.body.to_string()).send();
-        // reqwest's own timeout covers connect, headers and body; this one
-        // also bounds our excerpt loop, whatever reqwest does.
+        let attempt = self.client.post(url).headers(headers).body(request.body.to_string()).send();
+        // One timer for the whole attempt: connect, request, headers and
+        // the excerpt of the body (reqwest's per-request timeout would be a
+        // second timer per attempt bounding the same thing).
         match tokio::time::timeout(timeout, async { read_answer(attempt.await?).await }).await {
             Ok(result) => result.map_err(classify),
             Err(_elapsed) => Err(SendError::Timeout),
