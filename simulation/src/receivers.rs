@@ -119,7 +119,7 @@ impl Receivers {
     }
 
     fn header<'a>(request: &'a WebhookRequest, name: &str) -> &'a str {
-        request.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).unwrap_or("")
+        request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str()).unwrap_or("")
     }
 
     async fn handle(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {

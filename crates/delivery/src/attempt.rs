@@ -30,12 +30,12 @@ pub fn build_request(endpoint: &Endpoint, plan: &AttemptPlan, now_ms: u64, origi
     WebhookRequest {
         url: endpoint.url.clone(),
         headers: vec![
-            ("content-type".into(), "application/json".into()),
-            ("webhook-id".into(), plan.event_id.to_string()),
-            ("webhook-timestamp".into(), timestamp_s.to_string()),
-            ("webhook-signature".into(), signature),
-            ("webhook-attempt".into(), plan.attempt_number.to_string()),
-            ("hookraft-delivery-id".into(), plan.delivery_id.to_string()),
+            ("content-type", "application/json".into()),
+            ("webhook-id", plan.event_id.to_string()),
+            ("webhook-timestamp", timestamp_s.to_string()),
+            ("webhook-signature", signature),
+            ("webhook-attempt", plan.attempt_number.to_string()),
+            ("hookraft-delivery-id", plan.delivery_id.to_string()),
         ],
         body: plan.payload.clone(),
         timeout: Duration::from_millis(u64::from(endpoint.timeout_ms)),
@@ -132,7 +132,7 @@ mod tests {
             attempt_number: 3,
         };
         let request = build_request(&endpoint, &plan, now_ms, SendOrigin::default());
-        let header = |name: &str| request.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap();
+        let header = |name: &str| request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap();
         assert_eq!(header("webhook-id"), event_id.to_string());
         assert_eq!(header("webhook-attempt"), "3");
         assert_eq!(request.timeout, Duration::from_millis(1_500));
@@ -151,7 +151,7 @@ mod tests {
         }
         // After the grace period only the current secret signs.
         let later = build_request(&endpoint, &plan, now_ms + 1, SendOrigin::default());
-        let later_sig = later.headers.iter().find(|(k, _)| k == "webhook-signature").unwrap();
+        let later_sig = later.headers.iter().find(|(k, _)| *k == "webhook-signature").unwrap();
         assert_eq!(later_sig.1.split(' ').count(), 1);
     }
 

@@ -84,7 +84,7 @@ impl HttpTransport {
                 SendError::InvalidUrl(e.to_string())
             }
         })?;
-        let headers = header_map(&request.headers)?;
+        let headers = header_map(request.headers)?;
         let timeout = request.timeout;
         let attempt = self.client.post(url).headers(headers).body(request.body.to_string()).send();
         // One timer for the whole attempt: connect, request, headers and
@@ -104,20 +104,33 @@ impl Transport for HttpTransport {
 }
 
 /// The request's headers, with `content-type: application/json` unless the
-/// caller set one.
-fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, SendError> {
+/// caller set one. Names are static and values are moved, not copied: this
+/// runs once per attempt.
+fn header_map(headers: Vec<(&'static str, String)>) -> Result<HeaderMap, SendError> {
     let mut map = HeaderMap::with_capacity(headers.len() + 1);
     for (name, value) in headers {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| SendError::Other(format!("invalid header name {name:?}")))?;
+        let name = static_header_name(name)?;
         let value =
-            HeaderValue::from_str(value).map_err(|_| SendError::Other(format!("invalid value for header {name}")))?;
+            HeaderValue::try_from(value).map_err(|_| SendError::Other(format!("invalid value for header {name}")))?;
         map.append(name, value);
     }
     if !map.contains_key(CONTENT_TYPE) {
         map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
     Ok(map)
+}
+
+/// `name` as a header name, without copying it. `HeaderName::from_static`
+/// panics on anything but a valid lowercase name; this accepts lowercase
+/// letters, digits and `-` (every name hookraft sends) and reports the rest
+/// instead.
+fn static_header_name(name: &'static str) -> Result<HeaderName, SendError> {
+    let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if plain {
+        Ok(HeaderName::from_static(name))
+    } else {
+        Err(SendError::Other(format!("invalid header name {name:?}")))
+    }
 }
 
 /// Status, `Retry-After` and the first KiB of the body. Reading stops at
@@ -275,6 +288,24 @@ mod tests {
 
     const BIG_BODY_BYTES: usize = 10 * 1024;
 
+    #[test]
+    fn header_map_keeps_names_and_values_and_adds_json_content_type_when_missing() {
+        let map = header_map(vec![("webhook-id", "msg_1".into()), ("webhook-attempt", "2".into())]).unwrap();
+        assert_eq!(map.get("webhook-id").unwrap(), "msg_1");
+        assert_eq!(map.get("webhook-attempt").unwrap(), "2");
+        assert_eq!(map.get(CONTENT_TYPE).unwrap(), "application/json");
+        let own = header_map(vec![("content-type", "text/plain".into())]).unwrap();
+        assert_eq!(own.get_all(CONTENT_TYPE).iter().collect::<Vec<_>>(), ["text/plain"]);
+    }
+
+    #[test]
+    fn header_map_refuses_bad_names_and_values_instead_of_panicking() {
+        for name in ["", "Webhook-Id", "bad name", "x\n"] {
+            assert!(matches!(header_map(vec![(name, "v".into())]), Err(SendError::Other(_))), "{name:?}");
+        }
+        assert!(matches!(header_map(vec![("webhook-id", "a\r\nb".into())]), Err(SendError::Other(_))));
+    }
+
     async fn serve_test_app() -> SocketAddr {
         let app = Router::new()
             .route("/big", post(|| async { "a".repeat(BIG_BODY_BYTES) }))
@@ -313,7 +344,7 @@ mod tests {
     fn request(url: String, timeout: Duration) -> WebhookRequest {
         WebhookRequest {
             url,
-            headers: vec![("webhook-id".into(), "evt_1".into())],
+            headers: vec![("webhook-id", "evt_1".into())],
             body: Body::from(r#"{"hello":"world"}"#),
             timeout,
             origin: Default::default(),

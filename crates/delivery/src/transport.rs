@@ -13,8 +13,9 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct WebhookRequest {
     pub url: String,
-    /// Header names in lowercase.
-    pub headers: Vec<(String, String)>,
+    /// Header names in lowercase, fixed by the sender (static, so sending
+    /// allocates nothing for them).
+    pub headers: Vec<(&'static str, String)>,
     pub body: bytes_body::Body,
     /// The whole attempt (connect, send, read the answer) must fit in it.
     pub timeout: Duration,

@@ -47,7 +47,7 @@ async fn sequential_attempts_to_one_endpoint_reuse_one_connection() {
     for _ in 0..50 {
         let request = WebhookRequest {
             url: format!("http://{addr}/hook"),
-            headers: vec![("content-type".into(), "application/json".into())],
+            headers: vec![("content-type", "application/json".into())],
             body: Arc::from("{\"a\":1}"),
             timeout: Duration::from_secs(5),
             origin: Default::default(),
