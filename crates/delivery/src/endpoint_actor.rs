@@ -106,7 +106,8 @@ impl Actor for EndpointActor {
         args: EndpointArgs,
     ) -> Result<EndpointState, ActorProcessingErr> {
         let EndpointArgs { ctx, endpoint_id } = args;
-        let seed = ctx.seed ^ u64::from(endpoint_id.shard()).rotate_left(32) ^ fnv(&endpoint_id.as_str());
+        let shard = endpoint_id.shard();
+        let seed = ctx.seed ^ u64::from(shard).rotate_left(32) ^ fnv(&endpoint_id.as_str());
         let mut state = EndpointState {
             endpoint: None,
             queue: DeliveryQueue::default(),
@@ -116,7 +117,7 @@ impl Actor for EndpointActor {
             rng: StdRng::seed_from_u64(seed),
             timer: None,
             reported_depth: 0,
-            shard: endpoint_id.shard(),
+            shard,
             endpoint_id,
             ctx,
         };
@@ -295,8 +296,7 @@ impl EndpointState {
                 attempt_number: queued.attempt_count + 1,
             }
         };
-        let origin =
-            SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
+        let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
         let request = build_request(endpoint, &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();

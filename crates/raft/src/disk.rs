@@ -356,26 +356,26 @@ impl KvTree for SledTree {
         if is_empty_range(start, end) {
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         for item in self.tree.range::<&[u8], _>((start, end)) {
             let (key, _) = item?;
-            batch.remove(key);
+            batch.remove(&key);
         }
-        self.tree.apply_batch(batch)?;
-        Ok(())
+        self.apply_batch(batch)
     }
 
     fn apply_batch(&self, batch: Batch) -> Result<(), Error> {
         let mut ops = batch.into_ops();
-        if ops.len() == 1 {
-            // One write is atomic on its own. sled's batch is not free: it
-            // seals the current log buffer and then a second one holding
-            // its manifest, and each sealed buffer is one more `pwrite`
-            // handed to sled's IO thread pool, which wakes all seven of
-            // its threads for it. A leader appends one entry at a time.
-            return match ops.pop().expect("one write") {
-                BatchOp::Insert { key, value } => self.tree.insert(key, value).map(drop),
-                BatchOp::Remove { key } => self.tree.remove(key).map(drop),
+        // No write, or one, is atomic on its own. sled's batch is not free:
+        // it seals the current log buffer and then a second one holding its
+        // manifest, and each sealed buffer is one more `pwrite` handed to
+        // sled's IO thread pool, which wakes all seven of its threads for
+        // it. A leader appends one entry at a time.
+        if ops.len() <= 1 {
+            return match ops.pop() {
+                None => Ok(()),
+                Some(BatchOp::Insert { key, value }) => self.tree.insert(key, value).map(drop),
+                Some(BatchOp::Remove { key }) => self.tree.remove(key).map(drop),
             }
             .map_err(Error::from);
         }
