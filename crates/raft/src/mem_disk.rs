@@ -233,6 +233,10 @@ impl std::io::Write for NewMemFile {
 }
 
 impl NewFile for NewMemFile {
+    fn blocks(&self) -> bool {
+        false
+    }
+
     fn commit(self: Box<Self>) -> CommitFuture {
         Box::pin(async move {
             // As `replace`: a crash during the delay leaves the old contents.

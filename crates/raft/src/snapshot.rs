@@ -44,7 +44,7 @@ enum SnapshotPayloadRef<'a> {
 }
 
 /// Encodes a snapshot of `state` as of `last_applied`, whole in memory (a
-/// node streams it to its file instead: [`SnapshotSave::write`]).
+/// node streams it to its file instead: [`write_snapshot`]).
 #[cfg(test)]
 pub(crate) fn encode_payload(
     last_applied: &Option<LogId>,
@@ -186,7 +186,7 @@ pub(crate) struct WrittenSnapshot {
 
 impl SnapshotStore {
     /// Starts a save that encodes the state straight into the file (see
-    /// [`SnapshotSave::write`]), so a snapshot is never held in memory whole.
+    /// [`write_snapshot`]), so a snapshot is never held in memory whole.
     pub(crate) async fn begin_save(&self) -> SnapshotSave<'_> {
         SnapshotSave { store: self, stored: self.stored.lock().await }
     }
@@ -196,24 +196,18 @@ impl SnapshotSave<'_> {
     /// Whether the stored snapshot is newer than one as of `last_applied`:
     /// then there is nothing to save.
     pub(crate) fn holds_newer_than(&self, last_applied: &Option<LogId>) -> bool {
-        *self.stored > last_applied.map(|id| id.index)
+        stored_is_newer(*self.stored, last_applied)
     }
 
-    /// Encodes a snapshot of `state` into a new version of the file, not yet
-    /// current: synchronous, so the caller can hold the state's lock.
-    pub(crate) fn write(
-        &self,
-        meta: &SnapshotMeta,
-        last_membership: &StoredMembership,
-        state: &ClusterState,
-    ) -> Result<WrittenSnapshot, Error> {
-        let mut file = self.store.file.begin_replace()?;
-        let last_applied = &meta.last_log_id;
-        let payload = SnapshotPayloadRef::V1 { last_applied, last_membership, state };
-        let payload_bytes = encode_into("snapshot", &payload, &mut *file)? as u64;
-        let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
-        std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
-        Ok(WrittenSnapshot { file, index: index_of(meta), payload_bytes })
+    /// The last log index of the stored snapshot; no other save changes it
+    /// while this one lives.
+    pub(crate) fn stored_index(&self) -> Option<u64> {
+        *self.stored
+    }
+
+    /// Starts the new version of the file, for [`write_snapshot`].
+    pub(crate) fn begin_file(&self) -> Result<Box<dyn NewFile>, Error> {
+        self.store.file.begin_replace()
     }
 
     /// Makes `written` the current snapshot, durably; returns its payload's size.
@@ -228,6 +222,28 @@ impl SnapshotSave<'_> {
         *self.stored = index;
         self.store.forget_legacy()
     }
+}
+
+/// Whether a stored snapshot up to index `stored` is newer than one as of
+/// `last_applied`.
+pub(crate) fn stored_is_newer(stored: Option<u64>, last_applied: &Option<LogId>) -> bool {
+    stored > last_applied.map(|id| id.index)
+}
+
+/// Encodes a snapshot of `state` into `file` (from [`SnapshotSave::begin_file`]),
+/// not yet current: synchronous, so the caller can hold the state's lock.
+pub(crate) fn write_snapshot(
+    mut file: Box<dyn NewFile>,
+    meta: &SnapshotMeta,
+    last_membership: &StoredMembership,
+    state: &ClusterState,
+) -> Result<WrittenSnapshot, Error> {
+    let last_applied = &meta.last_log_id;
+    let payload = SnapshotPayloadRef::V1 { last_applied, last_membership, state };
+    let payload_bytes = encode_into("snapshot", &payload, &mut *file)? as u64;
+    let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
+    std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
+    Ok(WrittenSnapshot { file, index: index_of(meta), payload_bytes })
 }
 
 fn index_of(meta: &SnapshotMeta) -> Option<u64> {

@@ -20,7 +20,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
 use crate::disk::Disk;
-use crate::snapshot::{SnapshotStore, decode_payload};
+use crate::snapshot::{SnapshotStore, WrittenSnapshot, decode_payload, stored_is_newer, write_snapshot};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
     TypeConfig,
@@ -187,6 +187,14 @@ pub struct StateMachineStore {
     /// Bytes of the current snapshot (0 before the first); read by
     /// [`crate::log_size::snapshot_when_log_grows`].
     snapshot_bytes: Arc<AtomicU64>,
+    /// Held by a snapshot build for as long as it reads the whole state (a
+    /// second or more for a million pending deliveries), and taken by every
+    /// apply and install before the state's write lock. An apply waiting
+    /// here gives its worker thread back to the runtime; waiting at the
+    /// write lock would hold the thread and, since the lock prefers
+    /// writers, make every reader of the node (HTTP handlers, endpoint
+    /// actors) wait behind it until the snapshot is written.
+    snapshot_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StateMachineStore {
@@ -210,6 +218,7 @@ impl StateMachineStore {
             observer,
             snapshots_built: Arc::new(AtomicU64::new(0)),
             snapshot_bytes,
+            snapshot_gate: Arc::default(),
         };
         Ok((store, StateHandle { applied }))
     }
@@ -276,37 +285,62 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     /// Encodes the state straight into the snapshot file under the state's
-    /// read lock (applies wait meanwhile), then makes the file current,
-    /// durably, before returning. The snapshot is never held in
-    /// memory whole (it is as large as the state). The returned snapshot
-    /// carries no bytes: openraft 0.9 keeps only its metadata, and serves
-    /// followers from [`RaftStateMachine::get_current_snapshot`], which
-    /// reads the file.
+    /// read lock, then makes the file current, durably, before returning.
+    /// The encoding runs on a blocking thread (for a file on disk) and holds
+    /// the snapshot gate, so applies wait without blocking a worker and
+    /// readers go on reading meanwhile. The snapshot is never held in memory
+    /// whole (it is as large as the state). The returned snapshot carries no
+    /// bytes: openraft 0.9 keeps only its metadata, and serves followers
+    /// from [`RaftStateMachine::get_current_snapshot`], which reads the file.
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let started = tokio::time::Instant::now();
         let save = self.snapshots.begin_save().await;
-        let (meta, written) = {
-            let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
-            let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
+        let gate = self.snapshot_gate.clone().lock_owned().await;
+        let waited = started.elapsed();
+        let file = save.begin_file().map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
+        let blocks = file.blocks();
+        let (applied, stored) = (self.applied.clone(), save.stored_index());
+        let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
+        // Reading the state can fail (a poisoned lock) before there is
+        // metadata to name; writing the file fails with the metadata known.
+        let encode = move || -> Result<(SnapshotMeta, Result<Option<WrittenSnapshot>, Error>), Error> {
+            let applied = applied.read().map_err(|_| poisoned())?;
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,
                 last_membership: applied.last_membership.clone(),
                 snapshot_id: snapshot_id(applied.last_applied, counter),
             };
-            if save.holds_newer_than(&applied.last_applied) {
-                tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
-                (meta, None)
-            } else {
-                let written = save
-                    .write(&meta, &applied.last_membership, &applied.state)
-                    .map_err(snapshot_error(&meta, ErrorVerb::Write))?;
-                (meta, Some(written))
+            if stored_is_newer(stored, &applied.last_applied) {
+                return Ok((meta, Ok(None)));
             }
+            let written = write_snapshot(file, &meta, &applied.last_membership, &applied.state);
+            Ok((meta, written.map(Some)))
         };
-        if let Some(written) = written {
-            let bytes = save.commit(written).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
-            self.snapshot_bytes.store(bytes, Ordering::Relaxed);
-            tracing::info!(snapshot = %meta, bytes, "snapshot built");
-        }
+        let encoded = if blocks {
+            tokio::task::spawn_blocking(encode)
+                .await
+                .unwrap_or_else(|e| Err(Error::Corrupt(format!("the snapshot writer failed: {e}"))))
+        } else {
+            encode()
+        };
+        let (meta, written) = encoded.map_err(state_error(ErrorVerb::Read))?;
+        let written = written.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        drop(gate);
+        let encoded = started.elapsed();
+        let Some(written) = written else {
+            tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
+            return Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) });
+        };
+        let bytes = save.commit(written).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        self.snapshot_bytes.store(bytes, Ordering::Relaxed);
+        tracing::info!(
+            snapshot = %meta,
+            bytes,
+            gate_wait_ms = waited.as_millis() as u64,
+            applies_held_ms = (encoded - waited).as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "snapshot built"
+        );
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
     }
 }
@@ -324,7 +358,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // One lock per entry: readers never wait for a whole batch.
+        // Not while a snapshot reads the state: see `snapshot_gate`.
+        let _gate = self.snapshot_gate.lock().await;
+        // One write lock per entry: readers never wait for a whole batch.
         entries
             .into_iter()
             .map(|entry| self.apply_entry(entry))
@@ -359,6 +395,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             // can be newer, and openraft installs only past what was applied.
             tracing::warn!(snapshot = %meta, "installed a snapshot older than the stored one");
         }
+        let _gate = self.snapshot_gate.lock().await;
         let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
         *applied = Applied { state, last_applied, last_membership };
         if let Some(observer) = &self.observer {
@@ -411,6 +448,134 @@ mod tests {
         let ((_a, one), (_b, other)) = (store(), store());
         let _one = one.read();
         let _other = other.read();
+    }
+
+    /// A disk whose snapshot file, once written to, holds its writer until
+    /// released, and says it blocks: a large snapshot on a real disk.
+    struct SlowSnapshotDisk {
+        memory: crate::MemDisk,
+        writing: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+        release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+    }
+
+    struct SlowSlot {
+        inner: Arc<dyn crate::FileSlot>,
+        writing: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+        release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+    }
+
+    struct SlowNewFile {
+        inner: Box<dyn crate::disk::NewFile>,
+        writing: Option<std::sync::mpsc::Sender<()>>,
+        release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+    }
+
+    impl Disk for SlowSnapshotDisk {
+        fn open_tree(&self, name: &str) -> Result<Arc<dyn crate::KvTree>, Error> {
+            self.memory.open_tree(name)
+        }
+
+        fn open_file(&self, name: &str) -> Result<Arc<dyn crate::FileSlot>, Error> {
+            Ok(Arc::new(SlowSlot {
+                inner: self.memory.open_file(name)?,
+                writing: std::sync::Mutex::new(self.writing.lock().expect("lock").take()),
+                release: self.release.clone(),
+            }))
+        }
+
+        fn describe(&self) -> String {
+            "a slow disk".into()
+        }
+    }
+
+    impl crate::FileSlot for SlowSlot {
+        fn read(&self) -> Result<Option<Vec<u8>>, Error> {
+            self.inner.read()
+        }
+
+        fn replace(&self, contents: Vec<u8>) -> crate::disk::ReplaceFuture<'_> {
+            self.inner.replace(contents)
+        }
+
+        fn begin_replace(&self) -> Result<Box<dyn crate::disk::NewFile>, Error> {
+            Ok(Box::new(SlowNewFile {
+                inner: self.inner.begin_replace()?,
+                writing: self.writing.lock().expect("lock").take(),
+                release: self.release.clone(),
+            }))
+        }
+    }
+
+    impl std::io::Write for SlowNewFile {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if let Some(writing) = self.writing.take() {
+                writing.send(()).expect("the test listens");
+                self.release.lock().expect("lock").recv().expect("the test releases the writer");
+            }
+            self.inner.write(bytes)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    impl crate::disk::NewFile for SlowNewFile {
+        fn commit(self: Box<Self>) -> crate::disk::CommitFuture {
+            self.inner.commit()
+        }
+
+        fn blocks(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn while_a_snapshot_is_written_readers_and_the_runtime_go_on_and_applies_wait_for_it() {
+        let (writing_tx, writing) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        let disk = SlowSnapshotDisk {
+            memory: crate::MemDisk::new(),
+            writing: std::sync::Mutex::new(Some(writing_tx)),
+            release: Arc::new(std::sync::Mutex::new(release_rx)),
+        };
+        let (store, handle) = StateMachineStore::open(&disk, None).expect("opens");
+        let mut builder = store.clone();
+        let building = tokio::spawn(async move { builder.build_snapshot().await });
+        tokio::task::spawn_blocking(move || writing.recv_timeout(std::time::Duration::from_secs(10)))
+            .await
+            .expect("joins")
+            .expect("the snapshot starts writing its file");
+
+        let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), 1);
+        let command = Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] };
+        let entry = Entry { log_id, payload: EntryPayload::Normal(command.into()) };
+        let mut applier = store.clone();
+        let applying = tokio::spawn(async move { applier.apply(vec![entry]).await });
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!applying.is_finished(), "the apply waits until the snapshot has read the state");
+
+        let reader = handle.clone();
+        let (read_tx, read) = std::sync::mpsc::channel();
+        std::thread::spawn(move || read_tx.send(reader.read().last_applied()));
+        assert_eq!(
+            read.recv_timeout(std::time::Duration::from_secs(5)),
+            Ok(None),
+            "a reader is not held up behind the waiting apply"
+        );
+        let other_task = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::spawn(async { 7 }));
+        assert_eq!(
+            other_task.await.expect("a worker is free").expect("joins"),
+            7,
+            "the runtime's workers run other tasks"
+        );
+
+        release.send(()).expect("the writer waits");
+        let snapshot = building.await.expect("joins").expect("the snapshot is built");
+        assert_eq!(snapshot.meta.last_log_id, None, "the snapshot holds the state from before the apply");
+        let responses = applying.await.expect("joins").expect("applies");
+        assert_eq!(responses.len(), 1);
+        assert_eq!(handle.read().last_applied(), Some(log_id));
     }
 
     #[test]
