@@ -38,13 +38,13 @@ mod report;
 #[path = "hookraft_bench/scenario.rs"]
 mod scenario;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_hookraft_binary, register_endpoint};
 
@@ -88,6 +88,11 @@ struct Args {
     /// The hookraft binary [default: `hookraft` beside this executable].
     #[arg(long)]
     bin: Option<PathBuf>,
+    /// Copy each node's log into this directory when a scenario ends, as
+    /// `<scenario>-node<id>.log` (e.g. for the `snapshot built` lines, with
+    /// how long each build held applies).
+    #[arg(long)]
+    keep_logs: Option<PathBuf>,
 }
 
 /// The same allocator as the node, so the load generator and the fleet
@@ -182,6 +187,24 @@ impl Deployment {
         }
     }
 
+    /// `(node id, log file)` of every node.
+    fn logs(&self) -> Vec<(u64, PathBuf)> {
+        match self {
+            Deployment::Single(node) => vec![(1, node.log_path())],
+            Deployment::Cluster(c) => c.ids().into_iter().map(|id| (id, c.node(id).log_path())).collect(),
+        }
+    }
+
+    /// Copies every node's log into `dir` as `<scenario>-node<id>.log`.
+    fn keep_logs(&self, dir: &Path, scenario: &str) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        for (id, log) in self.logs() {
+            let kept = dir.join(format!("{scenario}-node{id}.log"));
+            std::fs::copy(&log, &kept).with_context(|| format!("copy {} to {}", log.display(), kept.display()))?;
+        }
+        Ok(())
+    }
+
     fn samples(&self) -> Vec<(u64, Option<procstat::Sample>)> {
         self.pids().into_iter().map(|(id, pid)| (id, procstat::sample(pid))).collect()
     }
@@ -237,6 +260,9 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let delivered = fleet.arrived_among(expected.iter().copied());
     let duplicates = fleet.duplicates();
     let delivery_s = fleet.last_first_arrival().saturating_sub(ingest_started).as_secs_f64();
+    if let Some(dir) = &args.keep_logs {
+        deployment.keep_logs(dir, scenario.name())?;
+    }
     let mut ingest_us: Vec<u64> = accepted.iter().map(|a| report::micros(a.latency)).collect();
     ingest_us.sort_unstable();
     Ok(Report {
