@@ -100,6 +100,13 @@ pub trait FileSlot: Send + Sync {
     /// contents until [`NewFile::commit`] resolves; dropped uncommitted,
     /// the replacement changes nothing.
     fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error>;
+
+    /// Whether reading or writing it can hold a thread for long (a file on
+    /// a disk): then large reads and writes of it, and the work on their
+    /// bytes, belong on a blocking thread, not on one of the runtime's
+    /// workers. A file in memory answers false and is worked on where it
+    /// is, which keeps a simulation on its one thread.
+    fn blocks(&self) -> bool;
 }
 
 /// A replacement of a [`FileSlot`]'s contents being written.
@@ -107,12 +114,6 @@ pub trait NewFile: std::io::Write + Send {
     /// Makes what was written the file's contents, atomically and durably,
     /// with the guarantees of [`FileSlot::replace`].
     fn commit(self: Box<Self>) -> CommitFuture;
-
-    /// Whether writing to it can hold a thread for long (a file on a disk):
-    /// then a large write belongs on a blocking thread, not on one of the
-    /// runtime's workers. A file in memory answers false and is written
-    /// where it is, which keeps a simulation on its one thread.
-    fn blocks(&self) -> bool;
 }
 
 /// One write of a [`Batch`].
@@ -278,10 +279,6 @@ impl std::io::Write for NewDirFile {
 }
 
 impl NewFile for NewDirFile {
-    fn blocks(&self) -> bool {
-        true
-    }
-
     fn commit(self: Box<Self>) -> CommitFuture {
         let NewDirFile { dir, name, file } = *self;
         Box::pin(async move {
@@ -302,6 +299,10 @@ impl NewFile for NewDirFile {
 }
 
 impl FileSlot for DirFile {
+    fn blocks(&self) -> bool {
+        true
+    }
+
     fn read(&self) -> Result<Option<Vec<u8>>, Error> {
         let path = self.dir.join(&self.name);
         match std::fs::read(&path) {

@@ -195,6 +195,10 @@ impl Disk for MemDisk {
 struct MemFile(Handle);
 
 impl FileSlot for MemFile {
+    fn blocks(&self) -> bool {
+        false
+    }
+
     fn read(&self) -> Result<Option<Vec<u8>>, Error> {
         Ok(self.0.state()?.files.get(&self.0.name).cloned())
     }
@@ -233,10 +237,6 @@ impl std::io::Write for NewMemFile {
 }
 
 impl NewFile for NewMemFile {
-    fn blocks(&self) -> bool {
-        false
-    }
-
     fn commit(self: Box<Self>) -> CommitFuture {
         Box::pin(async move {
             // As `replace`: a crash during the delay leaves the old contents.

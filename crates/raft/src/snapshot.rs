@@ -122,6 +122,12 @@ impl SnapshotStore {
         Ok((store, current))
     }
 
+    /// Whether work on snapshots belongs on a blocking thread (see
+    /// [`FileSlot::blocks`]).
+    pub(crate) fn blocks(&self) -> bool {
+        self.file.blocks()
+    }
+
     /// The current snapshot's metadata and payload, if one was saved.
     pub(crate) fn load(&self) -> Result<Option<StoredSnapshot>, Error> {
         if let Some(contents) = self.file.read()? {

@@ -283,6 +283,21 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
     move |e| e.storage(ErrorSubject::Snapshot(Some(meta.signature())), verb)
 }
 
+/// Runs `work` on a blocking thread when `blocks` (the snapshot store is
+/// on a disk), in place otherwise (in memory: a simulation's one thread).
+async fn off_runtime<T: Send + 'static>(
+    blocks: bool,
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    if blocks {
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| Err(Error::Corrupt(format!("work on a blocking thread failed: {e}"))))
+    } else {
+        work()
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     /// Encodes the state straight into the snapshot file under the state's
     /// read lock, then makes the file current, durably, before returning.
@@ -298,7 +313,6 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let gate = self.snapshot_gate.clone().lock_owned().await;
         let waited = started.elapsed();
         let file = save.begin_file().map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
-        let blocks = file.blocks();
         let (applied, stored) = (self.applied.clone(), save.stored_index());
         let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
         // Reading the state can fail (a poisoned lock) before there is
@@ -316,14 +330,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let written = write_snapshot(file, &meta, &applied.last_membership, &applied.state);
             Ok((meta, written.map(Some)))
         };
-        let encoded = if blocks {
-            tokio::task::spawn_blocking(encode)
-                .await
-                .unwrap_or_else(|e| Err(Error::Corrupt(format!("the snapshot writer failed: {e}"))))
-        } else {
-            encode()
-        };
-        let (meta, written) = encoded.map_err(state_error(ErrorVerb::Read))?;
+        let (meta, written) =
+            off_runtime(self.snapshots.blocks(), encode).await.map_err(state_error(ErrorVerb::Read))?;
         let written = written.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
         drop(gate);
         let encoded = started.elapsed();
@@ -384,8 +392,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let (last_applied, last_membership, state) =
-            decode_payload(meta, &data).map_err(snapshot_error(meta, ErrorVerb::Read))?;
+        // Decoding hundreds of megabytes takes a second or more.
+        let checked = meta.clone();
+        let (decoded, data) = off_runtime(self.snapshots.blocks(), move || {
+            let decoded = decode_payload(&checked, &data);
+            Ok((decoded, data))
+        })
+        .await
+        .map_err(snapshot_error(meta, ErrorVerb::Read))?;
+        let (last_applied, last_membership, state) = decoded.map_err(snapshot_error(meta, ErrorVerb::Read))?;
         let bytes = data.len();
         let (stored, _) = self.snapshots.save(meta, data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
         if stored {
@@ -395,18 +410,32 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             // can be newer, and openraft installs only past what was applied.
             tracing::warn!(snapshot = %meta, "installed a snapshot older than the stored one");
         }
-        let _gate = self.snapshot_gate.lock().await;
-        let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
-        *applied = Applied { state, last_applied, last_membership };
-        if let Some(observer) = &self.observer {
-            observer.snapshot_installed(&applied.state);
-        }
+        let replaced = {
+            let _gate = self.snapshot_gate.lock().await;
+            let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
+            let replaced = std::mem::replace(&mut *applied, Applied { state, last_applied, last_membership });
+            if let Some(observer) = &self.observer {
+                observer.snapshot_installed(&applied.state);
+            }
+            replaced
+        };
+        // Freeing a large state takes a while too: not under the lock.
+        let _ = off_runtime(self.snapshots.blocks(), move || {
+            drop(replaced);
+            Ok(())
+        })
+        .await;
         tracing::info!(snapshot = %meta, bytes, "snapshot installed");
         Ok(())
     }
 
+    /// Reads the snapshot file whole (openraft sends it to a follower from
+    /// one buffer), on a blocking thread for a file on disk.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let current = self.snapshots.load().map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
+        let store = self.snapshots.clone();
+        let current = off_runtime(self.snapshots.blocks(), move || store.load())
+            .await
+            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
         Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 }
@@ -489,6 +518,10 @@ mod tests {
     }
 
     impl crate::FileSlot for SlowSlot {
+        fn blocks(&self) -> bool {
+            true
+        }
+
         fn read(&self) -> Result<Option<Vec<u8>>, Error> {
             self.inner.read()
         }
@@ -523,10 +556,6 @@ mod tests {
     impl crate::disk::NewFile for SlowNewFile {
         fn commit(self: Box<Self>) -> crate::disk::CommitFuture {
             self.inner.commit()
-        }
-
-        fn blocks(&self) -> bool {
-            true
         }
     }
 
