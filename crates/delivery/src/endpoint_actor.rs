@@ -10,7 +10,8 @@
 //! [`EndpointMsg::Done`]; their outcomes go to the batcher with the shard's
 //! fencing token. The actor never blocks on the network.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ use crate::transport::{SendError, SendOrigin, WebhookResponse};
 
 /// How long to wait before checking a lapsed lease again.
 const LEASE_RECHECK_MS: u64 = 250;
+/// Active deliveries an actor loads per read of the state when it starts.
+const LOAD_CHUNK_IDS: usize = 16_384;
 
 /// Messages an endpoint actor handles.
 #[derive(Debug)]
@@ -123,11 +126,22 @@ impl Actor for EndpointActor {
         };
         state.refresh_settings();
         state.breaker = state.endpoint.as_ref().map(|e| e.breaker.clone()).unwrap_or_default();
-        {
-            // Read in place: a backlog's active set can hold millions of ids.
+        // A backlog's active set can hold millions of ids: loaded a chunk
+        // per read guard, in id order, so applies (and, since the lock
+        // prefers writers, every reader behind a waiting apply) wait for
+        // one chunk at most, not for the whole load.
+        let mut after = None;
+        loop {
             let guard = state.ctx.state.read();
-            let active = guard.active.get(&state.endpoint_id).into_iter().flat_map(|ids| ids.iter().copied());
-            load(&mut state.queue, &state.in_flight, &guard, &state.endpoint_id, active);
+            let Some(active) = guard.active.get(&state.endpoint_id) else { break };
+            let chunk = next_chunk(active, after, LOAD_CHUNK_IDS);
+            let last_chunk = chunk.len() < LOAD_CHUNK_IDS;
+            after = chunk.last().copied();
+            load(&mut state.queue, &state.in_flight, &guard, &state.endpoint_id, chunk.into_iter());
+            drop(guard);
+            if last_chunk {
+                break;
+            }
         }
         myself.send_message(EndpointMsg::Tick)?;
         Ok(state)
@@ -194,8 +208,12 @@ impl EndpointState {
     }
 
     fn enqueue(&mut self, ids: impl Iterator<Item = DeliveryId>) {
-        let guard = self.ctx.state.read();
-        load(&mut self.queue, &self.in_flight, &guard, &self.endpoint_id, ids);
+        // A reload can name a whole backlog: a chunk per read guard, as at start.
+        let mut ids = ids.peekable();
+        while ids.peek().is_some() {
+            let guard = self.ctx.state.read();
+            load(&mut self.queue, &self.in_flight, &guard, &self.endpoint_id, ids.by_ref().take(LOAD_CHUNK_IDS));
+        }
     }
 
     /// The earliest queued delivery if it is due at `now_ms`, with the
@@ -458,6 +476,58 @@ fn load(
     }
 }
 
+/// Up to `max` ids of `active` after `after` (from the first when `None`),
+/// in order: successive calls, each passed the last id of the one before,
+/// visit every id present throughout once, and also those added past the
+/// cursor meanwhile.
+fn next_chunk(active: &BTreeSet<DeliveryId>, after: Option<DeliveryId>, max: usize) -> Vec<DeliveryId> {
+    let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+    active.range((from, Bound::Unbounded)).take(max).copied().collect()
+}
+
 fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    fn ids(count: u64, rng: &mut StdRng) -> BTreeSet<DeliveryId> {
+        (0..count).map(|i| DeliveryId::generate(1_000 + i, rng)).collect()
+    }
+
+    #[test]
+    fn chunks_visit_every_id_once_in_order_and_ids_added_past_the_cursor() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut active = ids(10, &mut rng);
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let chunk = next_chunk(&active, after, 4);
+            let last_chunk = chunk.len() < 4;
+            after = chunk.last().copied();
+            seen.extend(chunk);
+            if seen.len() == 4 {
+                // Between two reads the state changes: one id past the
+                // cursor arrives, one already loaded completes.
+                active.insert(DeliveryId::generate(99_000, &mut rng));
+                let loaded = seen[0];
+                active.remove(&loaded);
+            }
+            if last_chunk {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 11, "the 10 ids and the one added past the cursor");
+        assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "in order, none twice");
+        assert_eq!(next_chunk(&BTreeSet::new(), None, 4), Vec::new());
+        let exact = ids(8, &mut rng);
+        let first = next_chunk(&exact, None, 4);
+        let second = next_chunk(&exact, first.last().copied(), 4);
+        assert_eq!((first.len(), second.len()), (4, 4));
+        assert!(next_chunk(&exact, second.last().copied(), 4).is_empty(), "a full last chunk ends with an empty one");
+    }
 }
