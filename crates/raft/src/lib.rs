@@ -51,6 +51,7 @@ pub mod network;
 pub mod recent_entries;
 pub mod rpc;
 pub mod runtime;
+mod state_handle;
 pub mod state_machine;
 
 mod codec;
@@ -74,7 +75,8 @@ pub use network::{
 };
 pub use rpc::{ProposeReply, RaftReply};
 pub use runtime::{SeededRuntime, SeededThreadRng, seed_thread_rng};
-pub use state_machine::{ApplyObserver, StateHandle, StateMachineStore, StateRef, snapshot_id};
+pub use state_handle::{StateHandle, StateRef};
+pub use state_machine::{ApplyObserver, StateMachineStore, snapshot_id};
 
 openraft::declare_raft_types!(
     /// openraft's type parameters for hookraft: commands in, responses out,

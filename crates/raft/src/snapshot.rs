@@ -122,10 +122,21 @@ impl SnapshotStore {
         Ok((store, current))
     }
 
-    /// Whether work on snapshots belongs on a blocking thread (see
-    /// [`FileSlot::blocks`]).
-    pub(crate) fn blocks(&self) -> bool {
-        self.file.blocks()
+    /// Runs `work` (long work on snapshots: encoding, decoding, reading the
+    /// file, freeing a state) on a blocking thread when the file is on a
+    /// disk, in place when it is in memory, which keeps a simulation on its
+    /// one thread (see [`FileSlot::blocks`]).
+    pub(crate) async fn off_runtime<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        if self.file.blocks() {
+            tokio::task::spawn_blocking(work)
+                .await
+                .unwrap_or_else(|e| Err(Error::Corrupt(format!("work on a blocking thread failed: {e}"))))
+        } else {
+            work()
+        }
     }
 
     /// The current snapshot's metadata and payload, if one was saved.

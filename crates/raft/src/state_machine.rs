@@ -10,17 +10,16 @@
 //! This module must not decide anything about the domain: a command's
 //! effect is [`ClusterState::apply`]'s alone.
 
-use std::cell::RefCell;
 use std::io::Cursor;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
 use crate::disk::Disk;
 use crate::snapshot::{SnapshotStore, WrittenSnapshot, decode_payload, stored_is_newer, write_snapshot};
+use crate::state_handle::{Applied, StateHandle, assert_no_read_held, lock_address};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
     TypeConfig,
@@ -42,124 +41,6 @@ pub trait ApplyObserver: Send + Sync + 'static {
     /// calls will come for the commands it covers.
     fn snapshot_installed(&self, state: &ClusterState) {
         let _ = state;
-    }
-}
-
-/// The state and how far the log has been applied to it, always changed
-/// together under one lock.
-#[derive(Default)]
-struct Applied {
-    state: ClusterState,
-    /// The log id of the last entry applied to `state`.
-    last_applied: Option<LogId>,
-    /// The last membership config applied; openraft asks for it on start.
-    last_membership: StoredMembership,
-}
-
-/// Read-only access to the replicated state; cheap to clone, shared with the
-/// state machine.
-#[derive(Clone)]
-pub struct StateHandle {
-    applied: Arc<RwLock<Applied>>,
-}
-
-/// A read guard on the state; derefs to [`ClusterState`]. Applying waits
-/// while one is held, so hold it briefly and never across an `.await`, and
-/// never read again while holding one (see [`StateHandle::read`]).
-pub struct StateRef<'a> {
-    guard: RwLockReadGuard<'a, Applied>,
-    _held: ReadHeld,
-}
-
-thread_local! {
-    /// The state locks this thread holds a read guard on right now, by
-    /// address: a handful at most (one per node of a simulation).
-    static READS_HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Records in [`READS_HELD`] that this thread reads `lock` while it lives.
-/// A guard is not `Send`, so it is released on the thread that took it.
-struct ReadHeld {
-    lock: usize,
-}
-
-impl ReadHeld {
-    fn take(lock: usize) -> Self {
-        READS_HELD.with(|held| held.borrow_mut().push(lock));
-        ReadHeld { lock }
-    }
-}
-
-impl Drop for ReadHeld {
-    fn drop(&mut self) {
-        READS_HELD.with(|held| {
-            let mut held = held.borrow_mut();
-            if let Some(at) = held.iter().rposition(|&l| l == self.lock) {
-                held.swap_remove(at);
-            }
-        });
-    }
-}
-
-fn lock_address(lock: &Arc<RwLock<Applied>>) -> usize {
-    Arc::as_ptr(lock) as usize
-}
-
-/// Checks that this thread holds no read guard on `lock` before it takes it.
-///
-/// The lock prefers writers: once apply waits for the write lock, every new
-/// read waits behind it. A thread that already reads the state and asks for
-/// another read then waits for apply, which waits for that thread, and the
-/// node stops (found by the chaos run: an idempotent replay read the state
-/// inside a read). Debug builds, and so every test and simulation, fail at
-/// once; a release build logs the bug and goes on.
-fn assert_no_read_held(lock: usize, taking: &str) {
-    let held = READS_HELD.with(|held| held.borrow().iter().filter(|&&l| l == lock).count());
-    if held > 0 {
-        debug_assert!(false, "{taking} the replicated state while this thread holds {held} read guard(s) on it");
-        tracing::error!(held, "{taking} the replicated state while holding a read guard on it: a deadlock waits here");
-    }
-}
-
-impl Deref for StateRef<'_> {
-    type Target = ClusterState;
-
-    fn deref(&self) -> &ClusterState {
-        &self.guard.state
-    }
-}
-
-impl StateRef<'_> {
-    /// The last applied log id, consistent with the state this guard shows.
-    pub fn last_applied(&self) -> Option<LogId> {
-        self.guard.last_applied
-    }
-}
-
-impl StateHandle {
-    /// The state as of the last applied entry.
-    ///
-    /// A panic inside an apply or an observer poisons the lock; reads then
-    /// still return the state (which openraft has stopped changing, since a
-    /// failed apply shuts the node's Raft down).
-    ///
-    /// Never call it while this thread holds another [`StateRef`]: that
-    /// deadlocks as soon as apply is waiting for the lock, and asserts.
-    pub fn read(&self) -> StateRef<'_> {
-        let lock = lock_address(&self.applied);
-        assert_no_read_held(lock, "reading");
-        let guard = self.applied.read().unwrap_or_else(PoisonError::into_inner);
-        StateRef { guard, _held: ReadHeld::take(lock) }
-    }
-
-    /// The log id of the last applied entry.
-    pub fn last_applied(&self) -> Option<LogId> {
-        self.read().last_applied()
-    }
-
-    /// The last applied membership config.
-    pub fn last_membership(&self) -> StoredMembership {
-        self.read().guard.last_membership.clone()
     }
 }
 
@@ -283,21 +164,6 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
     move |e| e.storage(ErrorSubject::Snapshot(Some(meta.signature())), verb)
 }
 
-/// Runs `work` on a blocking thread when `blocks` (the snapshot store is
-/// on a disk), in place otherwise (in memory: a simulation's one thread).
-async fn off_runtime<T: Send + 'static>(
-    blocks: bool,
-    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    if blocks {
-        tokio::task::spawn_blocking(work)
-            .await
-            .unwrap_or_else(|e| Err(Error::Corrupt(format!("work on a blocking thread failed: {e}"))))
-    } else {
-        work()
-    }
-}
-
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     /// Encodes the state straight into the snapshot file under the state's
     /// read lock, then makes the file current, durably, before returning.
@@ -330,8 +196,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let written = write_snapshot(file, &meta, &applied.last_membership, &applied.state);
             Ok((meta, written.map(Some)))
         };
-        let (meta, written) =
-            off_runtime(self.snapshots.blocks(), encode).await.map_err(state_error(ErrorVerb::Read))?;
+        let (meta, written) = self.snapshots.off_runtime(encode).await.map_err(state_error(ErrorVerb::Read))?;
         let written = written.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
         drop(gate);
         let encoded = started.elapsed();
@@ -394,12 +259,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let data = snapshot.into_inner();
         // Decoding hundreds of megabytes takes a second or more.
         let checked = meta.clone();
-        let (decoded, data) = off_runtime(self.snapshots.blocks(), move || {
-            let decoded = decode_payload(&checked, &data);
-            Ok((decoded, data))
-        })
-        .await
-        .map_err(snapshot_error(meta, ErrorVerb::Read))?;
+        let (decoded, data) = self
+            .snapshots
+            .off_runtime(move || {
+                let decoded = decode_payload(&checked, &data);
+                Ok((decoded, data))
+            })
+            .await
+            .map_err(snapshot_error(meta, ErrorVerb::Read))?;
         let (last_applied, last_membership, state) = decoded.map_err(snapshot_error(meta, ErrorVerb::Read))?;
         let bytes = data.len();
         let (stored, _) = self.snapshots.save(meta, data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
@@ -420,11 +287,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             replaced
         };
         // Freeing a large state takes a while too: not under the lock.
-        let _ = off_runtime(self.snapshots.blocks(), move || {
-            drop(replaced);
-            Ok(())
-        })
-        .await;
+        let _ = self
+            .snapshots
+            .off_runtime(move || {
+                drop(replaced);
+                Ok(())
+            })
+            .await;
         tracing::info!(snapshot = %meta, bytes, "snapshot installed");
         Ok(())
     }
@@ -433,7 +302,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     /// one buffer), on a blocking thread for a file on disk.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         let store = self.snapshots.clone();
-        let current = off_runtime(self.snapshots.blocks(), move || store.load())
+        let current = self
+            .snapshots
+            .off_runtime(move || store.load())
             .await
             .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
         Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
@@ -449,34 +320,6 @@ mod tests {
         let id = LogId::new(openraft::CommittedLeaderId::new(3, 1), 42);
         assert_eq!(snapshot_id(Some(id), 7), "3-42-7");
         assert_eq!(snapshot_id(None, 1), "none-1");
-    }
-
-    fn store() -> (StateMachineStore, StateHandle) {
-        StateMachineStore::open(&crate::MemDisk::new(), None).expect("opens")
-    }
-
-    #[test]
-    fn reads_one_after_another_on_one_thread_are_fine() {
-        let (_store, handle) = store();
-        let first = handle.read().last_applied();
-        assert_eq!(handle.read().last_applied(), first);
-        assert!(READS_HELD.with(|held| held.borrow().is_empty()), "every guard released");
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "while this thread holds 1 read guard(s) on it")]
-    fn a_read_taken_while_holding_a_read_asserts_instead_of_deadlocking_later() {
-        let (_store, handle) = store();
-        let _outer = handle.read();
-        let _inner = handle.read();
-    }
-
-    #[test]
-    fn holding_one_nodes_state_while_reading_another_nodes_is_fine() {
-        let ((_a, one), (_b, other)) = (store(), store());
-        let _one = one.read();
-        let _other = other.read();
     }
 
     /// A disk whose snapshot file, once written to, holds its writer until
@@ -605,17 +448,5 @@ mod tests {
         let responses = applying.await.expect("joins").expect("applies");
         assert_eq!(responses.len(), 1);
         assert_eq!(handle.read().last_applied(), Some(log_id));
-    }
-
-    #[test]
-    fn guards_on_other_threads_do_not_count_as_held_here() {
-        let (_store, handle) = store();
-        let _here = handle.read();
-        let there = handle.clone();
-        std::thread::spawn(move || {
-            let _guard = there.read();
-        })
-        .join()
-        .expect("a read on another thread does not assert");
     }
 }
