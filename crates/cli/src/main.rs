@@ -8,6 +8,7 @@
 //!   drain, add or remove a node) over the admin HTTP API.
 
 mod admin;
+mod limits;
 mod receiver;
 mod serve;
 

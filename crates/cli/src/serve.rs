@@ -69,6 +69,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !(1_000..=600_000).contains(&args.lease_ms) {
         bail!("--lease-ms must be between 1000 and 600000");
     }
+    match crate::limits::raise_open_files() {
+        crate::limits::OpenFiles::Raised { from, to } => tracing::info!(from, to, "raised the open-files limit"),
+        crate::limits::OpenFiles::Kept(limit) => tracing::debug!(limit, "open-files limit"),
+        crate::limits::OpenFiles::Unchanged => {
+            tracing::warn!("could not raise the open-files limit; a busy node may run out of sockets")
+        }
+    }
     let mut config = NodeConfig::single(args.listen);
     config.node_id = args.node_id;
     config.advertise = args.advertise.or_else(|| peers.get(&args.node_id).cloned());
