@@ -64,15 +64,20 @@ impl LogSizes {
         }
     }
 
-    /// Forgets every entry up to and including `index`.
-    pub fn purged(&mut self, index: u64) {
+    /// Forgets every entry up to and including `index`; returns the first
+    /// and last index it forgot (the log has no holes, so every index
+    /// between them too), or `None` if it held none.
+    pub fn purged(&mut self, index: u64) -> Option<(u64, u64)> {
+        let mut span: Option<(u64, u64)> = None;
         while let Some(&(first, bytes)) = self.entries.front() {
             if first > index {
                 break;
             }
             self.entries.pop_front();
             self.total -= bytes;
+            span = Some((span.map_or(first, |(from, _)| from), first));
         }
+        span
     }
 
     /// Bytes of every entry held.
@@ -187,12 +192,13 @@ mod tests {
         assert_eq!(sizes.bytes_after(Some(9)), 0);
         sizes.truncated(4);
         assert_eq!(sizes.total(), 60);
-        sizes.purged(1);
+        assert_eq!(sizes.purged(0), None);
+        assert_eq!(sizes.purged(1), Some((1, 1)));
         assert_eq!((sizes.total(), sizes.bytes_after(Some(0))), (50, 50));
         // An append over existing entries replaces them and what follows.
         sizes.appended(3, 7);
         assert_eq!(sizes.total(), 27);
-        sizes.purged(100);
+        assert_eq!(sizes.purged(100), Some((2, 3)));
         assert_eq!(sizes.total(), 0);
         sizes.truncated(0);
         assert_eq!(sizes.total(), 0);

@@ -143,3 +143,67 @@ async fn reads_of_the_cached_tail_match_the_disk() {
     assert_eq!(limited[3].log_id, log_id(2, 15), "the truncated tail is gone from the cache too");
     assert_eq!(format!("{:?}", fresh.limited_get_log_entries(12, 18).await.expect("read")), format!("{limited:?}"));
 }
+
+/// How many entries at or below `index` the log tree of `disk` holds.
+fn stored_through(disk: &MemDisk, index: u64) -> usize {
+    let tree = disk.open_tree("raft_log").expect("log tree");
+    let end = index.to_be_bytes();
+    tree.range(std::ops::Bound::Unbounded, std::ops::Bound::Included(&end[..]), usize::MAX).expect("range").len()
+}
+
+/// A purge returns once its purge point is durable, and its entries leave
+/// the disk afterwards, in the background (after each snapshot this was a
+/// stop of openraft's core while the whole replaced log was removed). They
+/// are gone for readers at once; a crash before their removal was durable
+/// keeps them on the disk, and the store removes them when it opens.
+#[tokio::test]
+async fn purged_entries_are_gone_for_readers_at_once_and_from_the_disk_in_the_background() {
+    let disk = MemDisk::new();
+    let backend = Backend::Memory(disk.clone());
+    let mut store = open_log(&backend);
+    store.blocking_append((0..=1_000).map(|i| entry(1, i))).await.expect("append");
+    store.purge(log_id(1, 900)).await.expect("purge");
+    let read = store.try_get_log_entries(0..2_000).await.expect("read");
+    assert_eq!(indexes(&read), (901..=1_000).collect::<Vec<_>>());
+    assert!(store.try_get_log_entries(0..901).await.expect("read").is_empty());
+
+    // A crash before any later flush: the removal was not durable.
+    drop(store);
+    disk.crash();
+    assert_eq!(stored_through(&disk, 900), 901, "the crash undid the removal");
+    let mut store = open_log(&backend);
+    assert_eq!(stored_through(&disk, 900), 0, "opening removed what the purge left");
+    let state = store.get_log_state().await.expect("log state");
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(1, 900)), Some(log_id(1, 1_000))));
+    assert_eq!(indexes(&store.try_get_log_entries(0..2_000).await.expect("read")), (901..=1_000).collect::<Vec<_>>());
+
+    // Without a crash the background removal empties the disk below the
+    // purge point, and the next flush makes that durable.
+    store.purge(log_id(1, 950)).await.expect("purge");
+    for _ in 0..1_000 {
+        if stored_through(&disk, 950) == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(stored_through(&disk, 950), 0, "the background removal finished");
+    store.blocking_append([entry(1, 1_001)]).await.expect("an append flushes the removal");
+    drop(store);
+    disk.crash();
+    assert_eq!(stored_through(&disk, 950), 0, "the removal is durable");
+    let mut store = open_log(&backend);
+    assert_eq!(indexes(&store.try_get_log_entries(0..2_000).await.expect("read")), (951..=1_001).collect::<Vec<_>>());
+}
+
+/// Purging past the last entry: the last log id is the purge point, never
+/// an entry below it, while the entries are still on the disk.
+#[tokio::test]
+async fn a_log_purged_whole_reports_the_purge_point_as_last_even_before_the_removal() {
+    let disk = MemDisk::new();
+    let mut store = open_log(&Backend::Memory(disk.clone()));
+    store.blocking_append((0..10).map(|i| entry(1, i))).await.expect("append");
+    store.purge(log_id(1, 20)).await.expect("purge");
+    assert_eq!(stored_through(&disk, 20), 10, "the background removal has not run yet");
+    let state = store.get_log_state().await.expect("log state");
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(1, 20)), Some(log_id(1, 20))));
+}
