@@ -107,7 +107,21 @@ mod tests {
         let covered = *group.inner.covered.lock().await;
         assert!(covered >= 1 && covered <= group.inner.tickets_issued.load(Ordering::SeqCst));
         drop((group, db));
-        let reopened = sled::Config::new().path(dir.path()).open().expect("reopens");
+        // sled's IO threads drop their handles on the database just after
+        // they report a write done, so the file lock may outlive `db` by a
+        // moment.
+        let mut attempts = 0;
+        let reopened = loop {
+            match sled::Config::new().path(dir.path()).open() {
+                Ok(db) => break db,
+                Err(error) if attempts < 100 => {
+                    attempts += 1;
+                    eprintln!("reopen attempt {attempts}: {error}");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(error) => panic!("the database did not reopen within 5 s: {error}"),
+            }
+        };
         assert_eq!(reopened.len(), 200);
     }
 }
