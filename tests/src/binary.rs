@@ -11,6 +11,7 @@
 
 use std::env;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 /// Environment variable that overrides where the binary is looked for.
@@ -27,6 +28,13 @@ pub fn locate_hookraft_binary() -> PathBuf {
         );
         return path;
     }
+    // Found and checked once per process: every node a test starts asks.
+    static FOUND: OnceLock<PathBuf> = OnceLock::new();
+    FOUND.get_or_init(find_checked_binary).clone()
+}
+
+/// The first default candidate that exists, refused if older than its sources.
+fn find_checked_binary() -> PathBuf {
     let candidates = default_candidates();
     let binary = candidates.iter().find(|path| path.is_file()).cloned().unwrap_or_else(|| {
         let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
@@ -61,18 +69,12 @@ fn crates_dir() -> PathBuf {
 /// away from its checkout).
 pub fn source_newer_than(binary: &Path, crates: &Path) -> Option<PathBuf> {
     let built = modified(binary)?;
-    let mut newer = None;
-    for krate in std::fs::read_dir(crates).ok()?.flatten() {
+    std::fs::read_dir(crates).ok()?.flatten().find_map(|krate| {
         let krate = krate.path();
         let mut sources = vec![krate.join("Cargo.toml")];
         collect_rs_files(&krate.join("src"), &mut sources);
-        for source in sources {
-            if modified(&source).is_some_and(|at| at > built) {
-                newer = Some(source);
-            }
-        }
-    }
-    newer
+        sources.into_iter().find(|source| modified(source).is_some_and(|at| at > built))
+    })
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {

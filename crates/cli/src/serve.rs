@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use hookraft_node::{Io, Node, NodeConfig};
 
+use crate::limits::{OpenFiles, raise_open_files};
+
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// Address of the HTTP API.
@@ -69,10 +71,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !(1_000..=600_000).contains(&args.lease_ms) {
         bail!("--lease-ms must be between 1000 and 600000");
     }
-    match crate::limits::raise_open_files() {
-        crate::limits::OpenFiles::Raised { from, to } => tracing::info!(from, to, "raised the open-files limit"),
-        crate::limits::OpenFiles::Kept(limit) => tracing::debug!(limit, "open-files limit"),
-        crate::limits::OpenFiles::Unchanged => {
+    match raise_open_files() {
+        OpenFiles::Raised { from, to } => tracing::info!(from, to, "raised the open-files limit"),
+        OpenFiles::Kept(limit) => tracing::debug!(limit, "open-files limit"),
+        OpenFiles::Unchanged => {
             tracing::warn!("could not raise the open-files limit; a busy node may run out of sockets")
         }
     }

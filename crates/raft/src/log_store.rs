@@ -77,15 +77,16 @@ pub struct LogStore {
 /// The old name of [`LogStore`], from when it only ran on sled.
 pub type SledLogStore = LogStore;
 
-/// Removals of the entries from `from` to `from + PURGE_BATCH_ENTRIES - 1`,
-/// no further than `last`.
-fn purge_batch(from: u64, last: u64) -> Batch {
-    let to = last.min(from.saturating_add(PURGE_BATCH_ENTRIES - 1));
-    let mut batch = Batch::default();
-    for index in from..=to {
-        batch.remove(&log_key(index));
-    }
-    batch
+/// Removals of the entries `first..=last`, oldest first, in batches of
+/// [`PURGE_BATCH_ENTRIES`].
+fn purge_batches(first: u64, last: u64) -> impl Iterator<Item = Batch> {
+    (first..=last).step_by(PURGE_BATCH_ENTRIES as usize).map(move |from| {
+        let mut batch = Batch::default();
+        for index in from..=last.min(from.saturating_add(PURGE_BATCH_ENTRIES - 1)) {
+            batch.remove(&log_key(index));
+        }
+        batch
+    })
 }
 
 fn log_key(index: u64) -> [u8; 8] {
@@ -153,8 +154,8 @@ impl LogStore {
             // not durable yet) go now; the next flush makes that durable.
             if let Some((first, last)) = store.forget_through(purged.index) {
                 tracing::info!(first, last, "removing log entries a purge left behind");
-                for from in (first..=last).step_by(PURGE_BATCH_ENTRIES as usize) {
-                    store.log.apply_batch(purge_batch(from, last))?;
+                for batch in purge_batches(first, last) {
+                    store.log.apply_batch(batch)?;
                 }
             }
         }
@@ -298,12 +299,12 @@ impl LogStore {
     /// is dropped (a node shutting down) is not kept open by it, and what it
     /// did not remove yet is removed when the store opens again.
     async fn remove_purged(log: Weak<dyn KvTree>, first: u64, last: u64) {
-        for from in (first..=last).step_by(PURGE_BATCH_ENTRIES as usize) {
+        for batch in purge_batches(first, last) {
             let Some(tree) = log.upgrade() else { return };
-            let removed = tree.apply_batch(purge_batch(from, last));
+            let removed = tree.apply_batch(batch);
             drop(tree);
             if let Err(error) = removed {
-                tracing::warn!(%error, from, last, "removing purged log entries failed; the next start removes them");
+                tracing::warn!(%error, first, last, "removing purged log entries failed; the next start removes them");
                 return;
             }
             tokio::task::yield_now().await;
