@@ -50,7 +50,7 @@ use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_
 
 use fleet::Fleet;
 use load::{Load, Progress};
-use report::{BacklogFigures, BenchUsage, NodeUsage, Quantiles, Report};
+use report::{BacklogFigures, BenchUsage, MachineUsage, NodeUsage, Quantiles, Report};
 use scenario::Scenario;
 
 /// How often the progress line is printed and delivery progress is polled.
@@ -226,6 +226,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
 
     let before = deployment.samples();
     let bench_before = procstat::sample(std::process::id());
+    let machine_before = procstat::machine();
     let load = Arc::new(Load {
         urls: deployment.event_urls(),
         events,
@@ -256,6 +257,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let wall = origin.elapsed() - ingest_started;
     let after = deployment.samples();
     let bench_after = procstat::sample(std::process::id());
+    let machine_after = procstat::machine();
 
     let delivered = fleet.arrived_among(expected.iter().copied());
     let duplicates = fleet.duplicates();
@@ -289,6 +291,15 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         bench_usage: bench_before.zip(bench_after).map(|(start, end)| {
             let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
             BenchUsage { cpu_s, cpu_percent: cpu_percent(cpu_s, wall) }
+        }),
+        machine_usage: machine_before.zip(machine_after).and_then(|(start, end)| {
+            let shares = start.shares_until(&end)?;
+            Some(MachineUsage {
+                cores: end.cores,
+                busy_percent: shares.busy_percent,
+                idle_percent: shares.idle_percent,
+                steal_percent: shares.steal_percent,
+            })
         }),
         backlog,
     })

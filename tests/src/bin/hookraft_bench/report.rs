@@ -58,6 +58,18 @@ pub struct BenchUsage {
     pub cpu_percent: f64,
 }
 
+/// How the whole machine's cores spent the measured phase, in percent of
+/// one core (200 = both cores of a two-core machine). `steal_percent` is
+/// time the hypervisor gave to other machines: a run with much of it is
+/// not comparable with one without.
+#[derive(Debug, Clone, Serialize)]
+pub struct MachineUsage {
+    pub cores: u64,
+    pub busy_percent: f64,
+    pub idle_percent: f64,
+    pub steal_percent: f64,
+}
+
 /// The backlog scenario's own figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct BacklogFigures {
@@ -106,6 +118,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bench_usage: Option<BenchUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_usage: Option<MachineUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog: Option<BacklogFigures>,
 }
 
@@ -144,6 +158,13 @@ impl Report {
         }
         if let Some(b) = &self.bench_usage {
             let _ = writeln!(out, "  bench:     load generator and fleet cpu {:.1} s = {:.0}%", b.cpu_s, b.cpu_percent);
+        }
+        if let Some(m) = &self.machine_usage {
+            let _ = writeln!(
+                out,
+                "  machine:   {} cores: busy {:.0}%, idle {:.0}%, stolen by the hypervisor {:.0}%",
+                m.cores, m.busy_percent, m.idle_percent, m.steal_percent
+            );
         }
         if let Some(b) = &self.backlog {
             let _ = writeln!(
