@@ -328,10 +328,29 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
         rpc: rpc::VoteRequest,
         option: RPCOption,
     ) -> Result<rpc::VoteReply, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.call(rpc::VOTE_PATH, &rpc, &option).await {
+        // Elections are rare and their timing is what an operator needs
+        // after a failover took long: every vote exchange is logged.
+        let candidate = rpc.vote;
+        let started = tokio::time::Instant::now();
+        let result: Result<rpc::VoteReply, _> = match self.call(rpc::VOTE_PATH, &rpc, &option).await {
             Ok(reply) => self.reply(rpc::VOTE_PATH, reply, |_, _| None),
             Err(error) => Err(self.call_error(rpc::VOTE_PATH, error)),
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match &result {
+            Ok(reply) => tracing::info!(
+                target_node = self.target,
+                %candidate,
+                granted = reply.vote_granted,
+                voter_vote = %reply.vote,
+                elapsed_ms,
+                "vote requested"
+            ),
+            Err(error) => {
+                tracing::info!(target_node = self.target, %candidate, %error, elapsed_ms, "vote request failed")
+            }
         }
+        result
     }
 
     fn backoff(&self) -> Backoff {

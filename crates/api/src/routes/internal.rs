@@ -110,7 +110,6 @@ async fn require_cluster_secret(State(rpc): State<Arc<InternalRpc>>, request: Re
     }
 }
 
-/// Compares without stopping at the first difference (the length is not secret).
 async fn append(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
     let request: AppendRequest = match decode_body("append entries request", body) {
         Ok(request) => request,
@@ -124,7 +123,21 @@ async fn vote(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesReje
         Ok(request) => request,
         Err(problem) => return problem.into_response(),
     };
-    answer("vote reply", rpc.raft.vote(request)).await
+    let candidate = request.vote;
+    let raft = &rpc.raft;
+    answer("vote reply", async move {
+        let started = tokio::time::Instant::now();
+        let reply = raft.vote(request).await;
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match &reply {
+            Ok(reply) => {
+                tracing::info!(%candidate, granted = reply.vote_granted, elapsed_ms, "answered a vote request")
+            }
+            Err(error) => tracing::warn!(%candidate, %error, elapsed_ms, "a vote request failed here"),
+        }
+        reply
+    })
+    .await
 }
 
 async fn snapshot(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
