@@ -336,7 +336,7 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
             Ok(reply) => self.reply(rpc::VOTE_PATH, reply, |_, _| None),
             Err(error) => Err(self.call_error(rpc::VOTE_PATH, error)),
         };
-        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
         match &result {
             Ok(reply) => tracing::info!(
                 target_node = self.target,

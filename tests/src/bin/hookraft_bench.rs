@@ -50,7 +50,7 @@ use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_
 
 use fleet::Fleet;
 use load::{Load, Progress};
-use report::{BacklogFigures, BenchUsage, MachineUsage, NodeUsage, Quantiles, Report};
+use report::{BacklogFigures, BenchUsage, NodeUsage, Quantiles, Report};
 use scenario::Scenario;
 
 /// How often the progress line is printed and delivery progress is polled.
@@ -292,15 +292,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
             let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
             BenchUsage { cpu_s, cpu_percent: cpu_percent(cpu_s, wall) }
         }),
-        machine_usage: machine_before.zip(machine_after).and_then(|(start, end)| {
-            let shares = start.shares_until(&end)?;
-            Some(MachineUsage {
-                cores: end.cores,
-                busy_percent: shares.busy_percent,
-                idle_percent: shares.idle_percent,
-                steal_percent: shares.steal_percent,
-            })
-        }),
+        machine_usage: machine_before.zip(machine_after).and_then(|(start, end)| start.usage_until(&end)),
         backlog,
     })
 }

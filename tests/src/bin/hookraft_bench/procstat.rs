@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::report::MachineUsage;
+
 /// Clock ticks per second of `/proc/<pid>/stat` times (`getconf CLK_TCK`;
 /// 100 on every Linux this runs on).
 const CLOCK_TICKS_PER_S: u64 = 100;
@@ -48,7 +50,7 @@ fn cpu_time(stat: &str) -> Option<Duration> {
 
 /// The whole machine's CPU time so far, all cores together, in clock
 /// ticks: the `cpu` line of `/proc/stat`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MachineTicks {
     /// Running anything: user, nice, system, irq and softirq time.
     pub busy: u64,
@@ -60,15 +62,6 @@ pub struct MachineTicks {
     pub steal: u64,
     /// The number of cores the times add up over.
     pub cores: u64,
-}
-
-/// How the machine's cores spent a stretch of wall time, in percent of one
-/// core (so 200 is both cores of a two-core machine, as for a process).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MachineShares {
-    pub busy_percent: f64,
-    pub idle_percent: f64,
-    pub steal_percent: f64,
 }
 
 /// Reads the machine's CPU times.
@@ -94,9 +87,9 @@ fn machine_ticks(stat: &str) -> Option<MachineTicks> {
 }
 
 impl MachineTicks {
-    /// The shares of the time between `self` and the later reading `later`;
-    /// `None` when no time passed between them.
-    pub fn shares_until(&self, later: &MachineTicks) -> Option<MachineShares> {
+    /// How the cores spent the time between `self` and the later reading
+    /// `later`; `None` when no time passed between them.
+    pub fn usage_until(&self, later: &MachineTicks) -> Option<MachineUsage> {
         let busy = later.busy.saturating_sub(self.busy);
         let idle = later.idle.saturating_sub(self.idle);
         let steal = later.steal.saturating_sub(self.steal);
@@ -105,7 +98,12 @@ impl MachineTicks {
             return None;
         }
         let percent = |part: u64| (part as f64 / total as f64) * 100.0 * later.cores as f64;
-        Some(MachineShares { busy_percent: percent(busy), idle_percent: percent(idle), steal_percent: percent(steal) })
+        Some(MachineUsage {
+            cores: later.cores,
+            busy_percent: percent(busy),
+            idle_percent: percent(idle),
+            steal_percent: percent(steal),
+        })
     }
 }
 
@@ -144,9 +142,9 @@ mod tests {
         let start = MachineTicks { busy: 1000, idle: 1000, steal: 100, cores: 2 };
         // 200 ticks passed: 100 busy, 50 idle, 50 stolen.
         let end = MachineTicks { busy: 1100, idle: 1050, steal: 150, cores: 2 };
-        let shares = start.shares_until(&end).expect("time passed");
-        assert_eq!(shares, MachineShares { busy_percent: 100.0, idle_percent: 50.0, steal_percent: 50.0 });
-        assert_eq!(start.shares_until(&start), None);
+        let usage = start.usage_until(&end).expect("time passed");
+        assert_eq!(usage, MachineUsage { cores: 2, busy_percent: 100.0, idle_percent: 50.0, steal_percent: 50.0 });
+        assert_eq!(start.usage_until(&start), None);
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub struct BenchUsage {
 /// one core (200 = both cores of a two-core machine). `steal_percent` is
 /// time the hypervisor gave to other machines: a run with much of it is
 /// not comparable with one without.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MachineUsage {
     pub cores: u64,
     pub busy_percent: f64,
