@@ -1,5 +1,6 @@
 //! A three-node cluster: it forms with one leader and every shard owned,
-//! accepts events on every node, and a restarted node catches up.
+//! accepts events (one at a time and in batches) on every node, and a
+//! restarted node catches up.
 //!
 //! Each test starts its own cluster and receiver and prints what it measured
 //! (`cargo test -p hookraft-tests --test cluster -- --nocapture`).
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use hookraft_tests::cluster::SHARD_COUNT;
 use hookraft_tests::{
-    POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, eventually, register_endpoint, send_event,
-    wait_delivery_state,
+    Accepted, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, eventually, register_endpoint,
+    send_event, wait_delivery_state,
 };
 use serde_json::json;
 
@@ -88,7 +89,21 @@ async fn events_posted_to_each_of_the_three_nodes_are_accepted_and_delivered() {
         accepted.push((id, sent_at, event));
     }
 
-    let expected: BTreeSet<String> = accepted.iter().map(|(_, _, a)| a.event_id.clone()).collect();
+    // A batch posted to a follower is forwarded and committed as one entry.
+    let batch =
+        json!({"events": [{"type": "t", "payload": {"via": "batch"}}, {"type": "t", "payload": {"via": "batch"}}]});
+    let (status, _, answer) = cluster.node(followers[1]).post_json("/v1/events/batch", &batch).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let batched: Vec<Accepted> = answer["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no events array in {answer}"))
+        .iter()
+        .map(Accepted::from_body)
+        .collect();
+    assert_eq!(batched.len(), 2, "{answer}");
+
+    let mut expected: BTreeSet<String> = accepted.iter().map(|(_, _, a)| a.event_id.clone()).collect();
+    expected.extend(batched.iter().map(|a| a.event_id.clone()));
     eventually(DEADLINE, POLL_INTERVAL, "every event at the receiver", async || {
         receiver.distinct_webhook_ids("all").is_superset(&expected)
     })

@@ -17,11 +17,16 @@ use rand::rngs::StdRng;
 
 /// A boxed future for [`Ingest::submit`].
 pub type IngestFuture<'a> = Pin<Box<dyn Future<Output = Result<IngestResult, ProposeError>> + Send + 'a>>;
+/// A boxed future for [`Ingest::submit_batch`].
+pub type IngestBatchFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<IngestResult>, ProposeError>> + Send + 'a>>;
 
-/// Commits one event through the node's ingest batcher and resolves once
-/// it is committed and applied (never before).
+/// Commits events through the node's ingest batcher; each future resolves
+/// once its events are committed and applied (never before).
 pub trait Ingest: Send + Sync + 'static {
     fn submit(&self, event: NewEvent) -> IngestFuture<'_>;
+    /// Commits `events` in one log entry, all of them or none, and answers
+    /// one result per event, in their order.
+    fn submit_batch(&self, events: Vec<NewEvent>) -> IngestBatchFuture<'_>;
 }
 
 /// The node's view of the Raft cluster.

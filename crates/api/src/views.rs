@@ -112,6 +112,28 @@ pub struct IngestAnswer<'a> {
     deliveries: Vec<IngestedDelivery<'a>>,
 }
 
+/// One event's result in the answer to `POST /v1/events/batch`: `status`
+/// 202 (created) or 200 (an idempotency key seen before) with the event as
+/// [`IngestAnswer`] has it, or 422 with a `detail`.
+#[derive(Debug, serde::Serialize)]
+pub struct BatchAnswer<'a> {
+    status: u16,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    event: Option<IngestAnswer<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+impl<'a> BatchAnswer<'a> {
+    pub fn event(status: u16, event: IngestAnswer<'a>) -> Self {
+        Self { status, event: Some(event), detail: None }
+    }
+
+    pub fn rejected(status: u16, detail: String) -> Self {
+        Self { status, event: None, detail: Some(detail) }
+    }
+}
+
 #[derive(Debug, serde::Serialize)]
 struct IngestedDelivery<'a> {
     id: &'a DeliveryId,

@@ -1,4 +1,5 @@
-//! `/v1/events`: ingest (batched into the log, answered after commit) and read.
+//! `/v1/events`: ingest (batched into the log, answered after commit), a
+//! batch of events committed together, and read.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,6 +12,7 @@ use axum::routing::{get, post};
 use hookraft_core::command::{IngestResult, NewEvent};
 use hookraft_core::ids::{EndpointId, EventId};
 use hookraft_core::model::Delivery;
+use hookraft_core::state::ClusterState;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -24,9 +26,14 @@ use crate::{validate, views};
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 /// Most explicit targets one event may name.
 pub const ENDPOINT_IDS_MAX: usize = 1_000;
+/// Most events in one `POST /v1/events/batch`.
+pub const BATCH_EVENTS_MAX: usize = 1_000;
 
 pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/v1/events", post(ingest)).route("/v1/events/{id}", get(read))
+    Router::new()
+        .route("/v1/events", post(ingest))
+        .route("/v1/events/batch", post(ingest_batch))
+        .route("/v1/events/{id}", get(read))
 }
 
 #[derive(Deserialize)]
@@ -38,25 +45,57 @@ struct PostEvent<'a> {
     endpoint_ids: Option<Vec<String>>,
 }
 
-async fn ingest(State(ctx): State<Arc<ApiContext>>, request: Request) -> Response {
-    match ingest_inner(&ctx, request).await {
-        Ok(response) => response,
-        Err(problem) => {
-            ctx.metrics.events_rejected_total.fetch_add(1, Ordering::Relaxed);
-            if problem.status == StatusCode::SERVICE_UNAVAILABLE {
-                ctx.metrics.ingest_unavailable_total.fetch_add(1, Ordering::Relaxed);
-            }
-            problem.into_response()
-        }
-    }
+/// One event of `POST /v1/events/batch`: a [`PostEvent`] with its
+/// idempotency key in the body instead of a header.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchEvent<'a> {
+    r#type: String,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    endpoint_ids: Option<Vec<String>>,
+    idempotency_key: Option<String>,
 }
 
-async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {
-    let key = idempotency_key(request.headers())?;
-    let bytes = read_body(request, &(), true).await?;
-    let body: PostEvent<'_> = parse_json(&bytes)?;
-    validate::event_type(&body.r#type)?;
-    let endpoint_ids = match body.endpoint_ids {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PostBatch<'a> {
+    #[serde(borrow)]
+    events: Vec<BatchEvent<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct BatchAnswers<'a> {
+    events: Vec<views::BatchAnswer<'a>>,
+}
+
+/// Counts a failed ingest request and turns its problem into the answer.
+fn rejected(ctx: &ApiContext, problem: Problem) -> Response {
+    ctx.metrics.events_rejected_total.fetch_add(1, Ordering::Relaxed);
+    if problem.status == StatusCode::SERVICE_UNAVAILABLE {
+        ctx.metrics.ingest_unavailable_total.fetch_add(1, Ordering::Relaxed);
+    }
+    problem.into_response()
+}
+
+async fn ingest(State(ctx): State<Arc<ApiContext>>, request: Request) -> Response {
+    ingest_inner(&ctx, request).await.unwrap_or_else(|problem| rejected(&ctx, problem))
+}
+
+async fn ingest_batch(State(ctx): State<Arc<ApiContext>>, request: Request) -> Response {
+    ingest_batch_inner(&ctx, request).await.unwrap_or_else(|problem| rejected(&ctx, problem))
+}
+
+/// Checks one event's fields and gives it an id; nothing is committed.
+fn new_event(
+    ctx: &ApiContext,
+    event_type: String,
+    payload: &RawValue,
+    endpoint_ids: Option<Vec<String>>,
+    idempotency_key: Option<String>,
+) -> ApiResult<NewEvent> {
+    validate::event_type(&event_type)?;
+    let endpoint_ids = match endpoint_ids {
         Some(ids) if ids.len() > ENDPOINT_IDS_MAX => {
             return Err(Problem::invalid(format!("endpoint_ids may list at most {ENDPOINT_IDS_MAX} endpoints")));
         }
@@ -67,20 +106,28 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
         ),
         None => None,
     };
+    let now_ms = ctx.clock.wall_ms();
+    Ok(NewEvent {
+        id: ctx.with_rng(|rng| EventId::generate(now_ms, rng)),
+        event_type,
+        payload: payload.get().to_string(),
+        idempotency_key,
+        endpoint_ids,
+    })
+}
+
+async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {
+    let key = idempotency_key(request.headers())?;
+    let bytes = read_body(request, &(), true).await?;
+    let body: PostEvent<'_> = parse_json(&bytes)?;
+    let event = new_event(ctx, body.r#type, body.payload, body.endpoint_ids, key)?;
     // Its own statement: the read guard must be gone before `answer` reads
     // again (a guard in an `if let` condition lives through the whole block).
-    let existing = key.as_ref().and_then(|key| ctx.state.read().idempotency.get(key.as_str()).copied());
+    let existing =
+        event.idempotency_key.as_ref().and_then(|key| ctx.state.read().idempotency.get(key.as_str()).copied());
     if let Some(existing) = existing {
         return answer(ctx, &existing, true);
     }
-    let now_ms = ctx.clock.wall_ms();
-    let event = NewEvent {
-        id: ctx.with_rng(|rng| EventId::generate(now_ms, rng)),
-        event_type: body.r#type,
-        payload: body.payload.get().to_string(),
-        idempotency_key: key,
-        endpoint_ids,
-    };
     #[cfg(feature = "break")]
     if hookraft_core::breaks::ack_before_commit() {
         // Deliberately wrong (simulator's `--break ack-before-commit`).
@@ -108,20 +155,101 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
     }
 }
 
+/// All events of the batch are checked first: one bad event rejects the
+/// whole batch (naming it) and commits nothing. The rest are committed in
+/// one log entry, together or not at all, and answered one result each.
+async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {
+    let bytes = read_body(request, &(), true).await?;
+    let body: PostBatch<'_> = parse_json(&bytes)?;
+    if body.events.is_empty() || body.events.len() > BATCH_EVENTS_MAX {
+        return Err(Problem::invalid(format!("events must hold 1 to {BATCH_EVENTS_MAX} events")));
+    }
+    let mut events = Vec::with_capacity(body.events.len());
+    for (i, item) in body.events.into_iter().enumerate() {
+        let in_item = |problem: Problem| Problem { detail: format!("events[{i}]: {}", problem.detail), ..problem };
+        let key = match item.idempotency_key {
+            Some(key) => {
+                Some(idempotency_key_text(&key).ok_or_else(|| in_item(Problem::invalid(key_rule("idempotency_key"))))?)
+            }
+            None => None,
+        };
+        events.push(new_event(ctx, item.r#type, item.payload, item.endpoint_ids, key).map_err(in_item)?);
+    }
+    unknown_endpoints(ctx, &events)?;
+    let started_ms = ctx.clock.monotonic_ms();
+    let results = ctx.ingest.submit_batch(events).await?;
+    let m = &ctx.metrics;
+    m.commit_latency_count.fetch_add(1, Ordering::Relaxed);
+    m.commit_latency_sum_ms.fetch_add(ctx.clock.monotonic_ms().saturating_sub(started_ms), Ordering::Relaxed);
+    let state = ctx.state.read();
+    let mut answers = Vec::with_capacity(results.len());
+    for result in &results {
+        let (status, event_id) = match result {
+            IngestResult::Created { event_id, .. } => {
+                m.events_accepted_total.fetch_add(1, Ordering::Relaxed);
+                (StatusCode::ACCEPTED, event_id)
+            }
+            IngestResult::Duplicate { event_id } => {
+                m.events_idempotent_replays_total.fetch_add(1, Ordering::Relaxed);
+                (StatusCode::OK, event_id)
+            }
+            // Deleted between the check above and the commit.
+            IngestResult::UnknownEndpoint { endpoint_id } => {
+                m.events_rejected_total.fetch_add(1, Ordering::Relaxed);
+                let detail = format!("endpoint_ids: no endpoint {endpoint_id}");
+                answers.push(views::BatchAnswer::rejected(StatusCode::UNPROCESSABLE_ENTITY.as_u16(), detail));
+                continue;
+            }
+        };
+        answers.push(views::BatchAnswer::event(status.as_u16(), ingest_answer(&state, event_id)?));
+    }
+    Ok((StatusCode::ACCEPTED, axum::Json(BatchAnswers { events: answers })).into_response())
+}
+
+/// A 422 naming the first event that lists an endpoint that does not exist.
+fn unknown_endpoints(ctx: &ApiContext, events: &[NewEvent]) -> ApiResult<()> {
+    let state = ctx.state.read();
+    for (i, event) in events.iter().enumerate() {
+        let missing = event.endpoint_ids.iter().flatten().find(|id| !state.endpoints.contains_key(id));
+        if let Some(id) = missing {
+            return Err(Problem::invalid(format!("events[{i}]: endpoint_ids: no endpoint {id}")));
+        }
+    }
+    Ok(())
+}
+
 fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
-    let text = value.to_str().ok().filter(|t| !t.is_empty() && t.len() <= IDEMPOTENCY_KEY_BYTES_MAX);
-    match text {
-        Some(t) if t.bytes().all(|b| b.is_ascii_graphic() || b == b' ') => Ok(Some(t.to_string())),
-        _ => Err(Problem::malformed(format!(
-            "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} printable ASCII characters"
-        ))),
-    }
+    let key = value.to_str().ok().and_then(idempotency_key_text);
+    key.map(Some).ok_or_else(|| Problem::malformed(key_rule("Idempotency-Key")))
+}
+
+/// An idempotency key as given, if it is 1 to 256 printable ASCII characters.
+fn idempotency_key_text(text: &str) -> Option<String> {
+    let printable = text.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    (!text.is_empty() && text.len() <= IDEMPOTENCY_KEY_BYTES_MAX && printable).then(|| text.to_string())
+}
+
+fn key_rule(name: &str) -> String {
+    format!("{name} must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} printable ASCII characters")
 }
 
 /// 202 with the event and its deliveries, or 200 + `Idempotent-Replay: true`.
 fn answer(ctx: &ApiContext, event_id: &EventId, replay: bool) -> ApiResult<Response> {
     let state = ctx.state.read();
+    let body = axum::Json(ingest_answer(&state, event_id)?);
+    if replay {
+        ctx.metrics.events_idempotent_replays_total.fetch_add(1, Ordering::Relaxed);
+        let mut response = (StatusCode::OK, body).into_response();
+        response.headers_mut().insert("idempotent-replay", HeaderValue::from_static("true"));
+        Ok(response)
+    } else {
+        Ok((StatusCode::ACCEPTED, body).into_response())
+    }
+}
+
+/// A committed event and its deliveries in their creation states.
+fn ingest_answer<'a>(state: &'a ClusterState, event_id: &EventId) -> ApiResult<views::IngestAnswer<'a>> {
     let event = state
         .events
         .get(event_id)
@@ -132,15 +260,7 @@ fn answer(ctx: &ApiContext, event_id: &EventId, replay: bool) -> ApiResult<Respo
         .filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref))
         .map(|d| (d, d.initial_state))
         .collect();
-    let body = axum::Json(views::ingest_answer(event, &deliveries));
-    if replay {
-        ctx.metrics.events_idempotent_replays_total.fetch_add(1, Ordering::Relaxed);
-        let mut response = (StatusCode::OK, body).into_response();
-        response.headers_mut().insert("idempotent-replay", HeaderValue::from_static("true"));
-        Ok(response)
-    } else {
-        Ok((StatusCode::ACCEPTED, body).into_response())
-    }
+    Ok(views::ingest_answer(event, &deliveries))
 }
 
 async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<serde_json::Value>> {
