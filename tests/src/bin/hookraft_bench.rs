@@ -4,7 +4,8 @@
 //! or `--nodes 3` on loopback, from the release binary beside this one), a
 //! receiver fleet in this process that counts deliveries per endpoint and
 //! `webhook-id`, registers the scenario's endpoints, posts its events from
-//! `--connections` keep-alive clients as fast as they are accepted, waits
+//! `--connections` keep-alive clients as fast as they are accepted (one per
+//! request, or `--batch N` per `POST /v1/events/batch`), waits
 //! until every expected delivery arrived, and reports accepted events/s,
 //! ingest latency p50/p99/p999, delivered/s, end-to-end latency p50/p99,
 //! duplicates, lost deliveries, and each node's memory and CPU. A progress
@@ -73,6 +74,10 @@ struct Args {
     /// Concurrent keep-alive ingest connections.
     #[arg(long, default_value_t = 64)]
     connections: usize,
+    /// Events per ingest request: 1 posts each to `/v1/events`; more posts
+    /// them as `POST /v1/events/batch` (at most 1,000).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
     /// Bytes of each event's payload.
     #[arg(long, default_value_t = 200)]
     payload_bytes: usize,
@@ -104,6 +109,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> Result<ExitCode> {
     let args = Args::parse();
     ensure!(args.connections > 0 && args.nodes > 0, "connections and nodes must be positive");
+    ensure!((1..=1_000).contains(&args.batch), "--batch must be 1 to 1,000 events per request");
     let bin = match args.bin.clone() {
         Some(bin) => bin,
         None => locate_hookraft_binary(),
@@ -231,6 +237,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         urls: deployment.event_urls(),
         events,
         connections: args.connections,
+        per_request: args.batch,
         payload_bytes: args.payload_bytes,
         event_type: scenario.event_type(),
         origin,
@@ -271,6 +278,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         scenario: scenario.name(),
         nodes: args.nodes,
         connections: args.connections,
+        events_per_request: args.batch,
         endpoints: specs.len(),
         payload_bytes: args.payload_bytes,
         events_offered: events,

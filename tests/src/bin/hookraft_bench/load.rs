@@ -1,6 +1,8 @@
 //! The load generator: `connections` keep-alive clients post events as fast
 //! as the nodes accept them, spread round robin over the nodes, and record
-//! each accepted event's id and ingest latency.
+//! each accepted event's id and ingest latency. With `per_request` above 1
+//! each request is a `POST /v1/events/batch` of that many events, and every
+//! event of it gets the request's latency.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +22,8 @@ pub struct Load {
     pub urls: Vec<String>,
     pub events: usize,
     pub connections: usize,
+    /// Events per request: 1 posts to `/v1/events`, more to `/v1/events/batch`.
+    pub per_request: usize,
     /// Bytes of each payload (at least the `{"t":…}` prefix).
     pub payload_bytes: usize,
     /// The event type of event `i`.
@@ -46,6 +50,36 @@ pub struct Progress {
 #[derive(Deserialize)]
 struct AcceptedBody {
     id: String,
+}
+
+#[derive(Deserialize)]
+struct BatchBody {
+    events: Vec<BatchResult>,
+}
+
+#[derive(Deserialize)]
+struct BatchResult {
+    status: u16,
+    id: Option<String>,
+}
+
+/// The event ids of a 202 answer, in the order the events were sent.
+fn accepted_ids(body: &[u8], batch: bool, count: usize) -> Result<Vec<String>, String> {
+    if !batch {
+        let body: AcceptedBody = serde_json::from_slice(body).map_err(|e| format!("unreadable 202 body: {e}"))?;
+        return Ok(vec![body.id]);
+    }
+    let body: BatchBody = serde_json::from_slice(body).map_err(|e| format!("unreadable 202 body: {e}"))?;
+    if body.events.len() != count {
+        return Err(format!("{} results for {count} events", body.events.len()));
+    }
+    body.events
+        .into_iter()
+        .map(|r| match (r.status, r.id) {
+            (202, Some(id)) => Ok(id),
+            (status, _) => Err(format!("an event of the batch answered {status}")),
+        })
+        .collect()
 }
 
 /// Posts every event; returns the accepted ones and the number of requests
@@ -77,27 +111,38 @@ async fn connection_loop(
     next: &AtomicUsize,
     progress: &Progress,
 ) -> (Vec<Accepted>, u64) {
+    let batch = load.per_request > 1;
     let url = &load.urls[connection % load.urls.len()];
+    let url = if batch { format!("{url}/batch") } else { url.clone() };
     let mut accepted = Vec::with_capacity(load.events / load.connections + 1);
     let mut failures = 0u64;
     loop {
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        if index >= load.events {
+        let first = next.fetch_add(load.per_request, Ordering::Relaxed);
+        if first >= load.events {
             return (accepted, failures);
         }
+        let indexes = first..(first + load.per_request).min(load.events);
         let sent_ns = u64::try_from(load.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let body = event_body(&(load.event_type)(index), sent_ns, load.payload_bytes);
+        let bodies = indexes.clone().map(|i| event_body(&(load.event_type)(i), sent_ns, load.payload_bytes));
+        let body =
+            if batch { format!("{{\"events\":[{}]}}", bodies.collect::<Vec<_>>().join(",")) } else { bodies.collect() };
         let started = Instant::now();
-        let sent = client.post(url).header("content-type", "application/json").body(body).send().await;
+        let sent = client.post(&url).header("content-type", "application/json").body(body).send().await;
         let why = match sent {
             Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => {
-                match response.json::<AcceptedBody>().await {
-                    Ok(body) => {
-                        accepted.push(Accepted { index, event_id: body.id, latency: started.elapsed() });
-                        progress.accepted.fetch_add(1, Ordering::Relaxed);
+                let read = response.bytes().await.map_err(|e| format!("unreadable 202 body: {e}"));
+                match read.and_then(|body| accepted_ids(&body, batch, indexes.len())) {
+                    Ok(ids) => {
+                        let latency = started.elapsed();
+                        progress.accepted.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                        accepted.extend(indexes.zip(ids).map(|(index, event_id)| Accepted {
+                            index,
+                            event_id,
+                            latency,
+                        }));
                         continue;
                     }
-                    Err(error) => format!("unreadable 202 body: {error}"),
+                    Err(why) => why,
                 }
             }
             Ok(response) => {
@@ -106,10 +151,10 @@ async fn connection_loop(
             }
             Err(error) => error.to_string(),
         };
-        failures += 1;
-        progress.failed.fetch_add(1, Ordering::Relaxed);
-        if failures as usize <= FAILURES_PRINTED_MAX {
-            eprintln!("event {index} not accepted: {why}");
+        failures += indexes.len() as u64;
+        progress.failed.fetch_add(indexes.len() as u64, Ordering::Relaxed);
+        if failures as usize <= FAILURES_PRINTED_MAX * load.per_request {
+            eprintln!("events {indexes:?} not accepted: {why}");
         }
     }
 }
@@ -133,5 +178,15 @@ mod tests {
         assert_eq!(value["type"], "bench.3");
         assert_eq!(value["payload"]["t"], 123_456_789);
         assert_eq!(serde_json::to_string(&value["payload"]).expect("encodes").len(), 200);
+    }
+
+    #[test]
+    fn a_batch_answer_gives_the_ids_in_order_and_any_event_not_created_fails_it() {
+        let ok = br#"{"events":[{"status":202,"id":"evt_a","deliveries":[]},{"status":202,"id":"evt_b"}]}"#;
+        assert_eq!(accepted_ids(ok, true, 2), Ok(vec!["evt_a".to_string(), "evt_b".to_string()]));
+        assert!(accepted_ids(ok, true, 3).is_err(), "a result missing");
+        let rejected = br#"{"events":[{"status":202,"id":"evt_a"},{"status":422,"detail":"no endpoint"}]}"#;
+        assert!(accepted_ids(rejected, true, 2).is_err());
+        assert_eq!(accepted_ids(br#"{"id":"evt_c","type":"t"}"#, false, 1), Ok(vec!["evt_c".to_string()]));
     }
 }

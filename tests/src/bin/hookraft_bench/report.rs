@@ -92,6 +92,8 @@ pub struct Report {
     pub scenario: &'static str,
     pub nodes: u64,
     pub connections: usize,
+    /// 1: `POST /v1/events`; more: `POST /v1/events/batch` of that many.
+    pub events_per_request: usize,
     pub endpoints: usize,
     pub payload_bytes: usize,
     pub events_offered: usize,
@@ -130,8 +132,17 @@ impl Report {
         let l = &self.ingest_latency_ms;
         let _ = writeln!(
             out,
-            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads",
-            self.scenario, self.nodes, self.connections, self.endpoints, self.payload_bytes
+            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}",
+            self.scenario,
+            self.nodes,
+            self.connections,
+            self.endpoints,
+            self.payload_bytes,
+            if self.events_per_request > 1 {
+                format!(", {} events per request (POST /v1/events/batch)", self.events_per_request)
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             out,
