@@ -38,6 +38,21 @@ pub enum Break {
     Fencing,
     /// The API acknowledges ingest before the event commits.
     AckBeforeCommit,
+    /// A batch of events is committed as two log entries.
+    SplitBatch,
+}
+
+impl Break {
+    /// The name `--break` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Break::Fencing => "fencing",
+            Break::AckBeforeCommit => "ack-before-commit",
+            Break::SplitBatch => "split-batch",
+        }
+    }
+
+    pub const ALL: [Break; 3] = [Break::Fencing, Break::AckBeforeCommit, Break::SplitBatch];
 }
 
 /// Runs one seed to completion on a fresh single-threaded runtime.
@@ -61,6 +76,7 @@ pub fn run(options: Options, broken: Option<Break>) -> anyhow::Result<Report> {
 fn set_break(broken: Option<Break>) -> anyhow::Result<()> {
     hookraft_core::breaks::set_skip_fencing(broken == Some(Break::Fencing));
     hookraft_core::breaks::set_ack_before_commit(broken == Some(Break::AckBeforeCommit));
+    hookraft_core::breaks::set_split_batch(broken == Some(Break::SplitBatch));
     Ok(())
 }
 

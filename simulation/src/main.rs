@@ -47,17 +47,16 @@ struct Args {
     /// slow-disk, clock-step, membership).
     #[arg(long, value_delimiter = ',', value_parser = Shape::parse)]
     faults: Vec<Shape>,
-    /// Deliberate bug: `fencing` or `ack-before-commit` (needs `--features break`).
+    /// Deliberate bug: `fencing`, `ack-before-commit` or `split-batch` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
 
 fn parse_break(text: &str) -> Result<Break, String> {
-    match text {
-        "fencing" => Ok(Break::Fencing),
-        "ack-before-commit" => Ok(Break::AckBeforeCommit),
-        other => Err(format!("unknown break `{other}`: fencing or ack-before-commit")),
-    }
+    Break::ALL
+        .into_iter()
+        .find(|b| b.name() == text)
+        .ok_or_else(|| format!("unknown break `{text}`: fencing, ack-before-commit or split-batch"))
 }
 
 /// The production node's allocator (see `crates/cli`), so the simulated
@@ -111,7 +110,7 @@ fn replay_command(args: &Args, seed: u64) -> String {
         command = format!("{command} --faults {}", names.join(","));
     }
     if let Some(b) = args.r#break {
-        command = format!("{command} --break {}", if b == Break::Fencing { "fencing" } else { "ack-before-commit" });
+        command = format!("{command} --break {}", b.name());
         command = command.replace("-p hookraft-simulation", "-p hookraft-simulation --features break");
     }
     format!("RUSTFLAGS=\"--cfg tokio_unstable\" {command} --trace")

@@ -1,6 +1,7 @@
 //! The workload: producers ingesting through random nodes (each event with
-//! an idempotency key, retried on other nodes until acknowledged), and an
-//! operator registering and changing endpoints and replaying dead letters.
+//! an idempotency key, one at a time or a few in a batch, retried on other
+//! nodes until acknowledged), and an operator registering and changing
+//! endpoints and replaying dead letters.
 //! The ledger remembers every acknowledged event and the deliveries the
 //! acknowledgement named: what the "no acknowledged event is lost" checker owes.
 
@@ -19,6 +20,10 @@ use crate::trace::Trace;
 
 /// Attempts to get one event acknowledged before the producer gives up on it.
 const INGEST_TRIES_MAX: u32 = 20;
+/// Chance in a hundred that a post is a batch (`POST /v1/events/batch`).
+const BATCH_PERCENT: u32 = 25;
+/// Events in one batch.
+const BATCH_EVENTS: std::ops::RangeInclusive<usize> = 2..=4;
 
 /// An endpoint the workload registered.
 #[derive(Debug, Clone)]
@@ -33,6 +38,8 @@ pub struct SimEndpoint {
 pub struct Ledger {
     /// Acknowledged event id → (delivery id, endpoint id) named in the answer.
     pub acked: BTreeMap<String, Vec<(String, String)>>,
+    /// The idempotency keys of every batch posted, acknowledged or not.
+    pub batches: Vec<Vec<String>>,
     pub offered: u64,
     pub gave_up: u64,
     pub requests: u64,
@@ -56,6 +63,16 @@ pub struct Workload {
 }
 
 const TYPES: [&str; 3] = ["order.created", "order.paid", "user.deleted"];
+
+/// One request a producer keeps sending until it is answered.
+struct Post {
+    path: &'static str,
+    body: Value,
+    /// The `Idempotency-Key` header (a batch carries its keys in the body).
+    key: Option<String>,
+    /// The key, or a batch's keys, for the trace.
+    label: String,
+}
 
 /// The range a seed draws its load from, in percent per step.
 pub const POST_PERCENT_DRAWN: std::ops::RangeInclusive<u32> = 5..=40;
@@ -151,6 +168,9 @@ impl Workload {
     }
 
     fn post_event(&mut self, cluster: &Cluster) {
+        if self.rng.random_range(0..100) < BATCH_PERCENT {
+            return self.post_batch(cluster);
+        }
         self.next_key += 1;
         let key = format!("k{}", self.next_key);
         let body = if self.rng.random_bool(0.5) {
@@ -162,51 +182,84 @@ impl Workload {
             let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
             json!({"type": event_type, "payload": {"n": self.next_key}})
         };
+        self.produce_in_background(cluster, Post { path: "/v1/events", body, key: Some(key.clone()), label: key }, 1);
+    }
+
+    /// A few events of the subscribed types in one request, each with its
+    /// own key (no explicit targets: an endpoint deleted meanwhile would
+    /// leave one of them out on purpose, which the batch checker would
+    /// have to tell apart from a split batch).
+    fn post_batch(&mut self, cluster: &Cluster) {
+        let count = self.rng.random_range(BATCH_EVENTS);
+        let mut keys = Vec::with_capacity(count);
+        let mut events = Vec::with_capacity(count);
+        for _ in 0..count {
+            self.next_key += 1;
+            let key = format!("k{}", self.next_key);
+            let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
+            events.push(json!({"type": event_type, "payload": {"n": self.next_key}, "idempotency_key": key}));
+            keys.push(key);
+        }
+        let label = keys.join(",");
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner()).batches.push(keys);
+        let post = Post { path: "/v1/events/batch", body: json!({"events": events}), key: None, label };
+        self.produce_in_background(cluster, post, count as u64);
+    }
+
+    fn produce_in_background(&mut self, cluster: &Cluster, post: Post, events: u64) {
         let order: Vec<Option<axum::Router>> =
             (0..INGEST_TRIES_MAX).map(|_| self.pick_node(cluster).and_then(|id| cluster.router(id))).collect();
         let ledger = self.ledger.clone();
         let trace = self.trace.clone();
         {
             let mut counts = ledger.lock().unwrap_or_else(|p| p.into_inner());
-            counts.offered += 1;
+            counts.offered += events;
             counts.in_flight += 1;
         }
         tokio::spawn(async move {
-            Self::produce(order, &body, &key, &ledger, &trace).await;
+            Self::produce(order, &post, &ledger, &trace).await;
             ledger.lock().unwrap_or_else(|p| p.into_inner()).in_flight -= 1;
         });
     }
 
     /// Tries `order`'s nodes in turn until one acknowledges or refuses the
-    /// event, recording the answer in the ledger.
-    async fn produce(order: Vec<Option<axum::Router>>, body: &Value, key: &str, ledger: &Mutex<Ledger>, trace: &Trace) {
+    /// post, recording every acknowledged event in the ledger.
+    async fn produce(order: Vec<Option<axum::Router>>, post: &Post, ledger: &Mutex<Ledger>, trace: &Trace) {
         for router in order.into_iter().flatten() {
             ledger.lock().unwrap_or_else(|p| p.into_inner()).requests += 1;
-            let answer = call(router, "POST", "/v1/events", Some(body.clone()), Some(key)).await;
+            let answer = call(router, "POST", post.path, Some(post.body.clone()), post.key.as_deref()).await;
             match answer {
                 Some(a) if a.status.is_success() => {
-                    let id = a.body["id"].as_str().unwrap_or_default().to_string();
-                    let deliveries: Vec<(String, String)> = a.body["deliveries"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|d| {
-                            let field = |f: &str| d[f].as_str().unwrap_or_default().to_string();
-                            (field("id"), field("endpoint_id"))
-                        })
-                        .collect();
-                    trace.record(format!("workload acked {key} {id} {}", deliveries.len()));
-                    ledger.lock().unwrap_or_else(|p| p.into_inner()).acked.insert(id, deliveries);
+                    // A batch answers one result per event; a single post, the event.
+                    let results = match a.body["events"].as_array() {
+                        Some(results) => results.iter().collect(),
+                        None => vec![&a.body],
+                    };
+                    let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
+                    for result in results {
+                        let Some(id) = result["id"].as_str() else { continue };
+                        let deliveries: Vec<(String, String)> = result["deliveries"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|d| {
+                                let field = |f: &str| d[f].as_str().unwrap_or_default().to_string();
+                                (field("id"), field("endpoint_id"))
+                            })
+                            .collect();
+                        trace.record(format!("workload acked {} {id} {}", post.label, deliveries.len()));
+                        ledger.acked.insert(id.to_string(), deliveries);
+                    }
                     return;
                 }
                 Some(a) if a.status.is_client_error() => {
-                    trace.record(format!("workload refused {key} {}", a.status));
+                    trace.record(format!("workload refused {} {}", post.label, a.status));
                     return;
                 }
                 _ => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
             }
         }
-        trace.record(format!("workload gave up {key}"));
+        trace.record(format!("workload gave up {}", post.label));
         ledger.lock().unwrap_or_else(|p| p.into_inner()).gave_up += 1;
     }
 

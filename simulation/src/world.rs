@@ -188,6 +188,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     let mut violations = tap.violations();
     violations.extend(check::replicas::check(&states));
     violations.extend(check::lost::check(&ledger, &final_state, &sends));
+    violations.extend(check::batches::check(&ledger, &final_state));
     violations.extend(check::one_sender::check(&sends, 2 * SKEW_MS_MAX as u64 + 100));
     violations.extend(check::signatures::check(&sends));
     if let Some(earlier) = &earlier {

@@ -109,6 +109,29 @@ async fn idempotency_keys_in_a_batch_replay_earlier_events_within_and_across_bat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_batch_replays_events_whose_endpoint_was_deleted_since() {
+    let receiver = ScriptedReceiver::start().await;
+    let node = TestNode::start().await;
+    let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("gone"), "retry": fast_retry()})).await;
+    let batch = json!({"events": [
+        {"type": "t", "payload": {"n": 1}, "endpoint_ids": [endpoint_id], "idempotency_key": "retry-1"},
+    ]});
+    let (status, _, body) = node.post_json("/v1/events/batch", &batch).await;
+    let first = accepted(&results(status, &body, 1)[0], 202);
+    let (status, _, answer) = node.delete(&format!("/v1/endpoints/{endpoint_id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{answer}");
+
+    // The producer never saw the first answer and sends the same batch again.
+    let (status, _, body) = node.post_json("/v1/events/batch", &batch).await;
+    let replayed = accepted(&results(status, &body, 1)[0], 200);
+    assert_eq!(replayed.event_id, first.event_id, "the committed event, not a refusal for the deleted endpoint");
+    // Without a key the same event is new, and its endpoint is gone.
+    let unkeyed = json!({"events": [{"type": "t", "payload": {}, "endpoint_ids": [endpoint_id]}]});
+    let response = node.post_json("/v1/events/batch", &unkeyed).await;
+    assert_problem(&response, StatusCode::UNPROCESSABLE_ENTITY, "an unknown endpoint without a key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_bad_event_rejects_the_batch_naming_it_and_commits_nothing() {
     let receiver = ScriptedReceiver::start().await;
     let node = TestNode::start().await;

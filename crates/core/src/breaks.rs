@@ -7,6 +7,7 @@ use std::cell::Cell;
 thread_local! {
     static SKIP_FENCING: Cell<bool> = const { Cell::new(false) };
     static ACK_BEFORE_COMMIT: Cell<bool> = const { Cell::new(false) };
+    static SPLIT_BATCH: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `--break fencing`: `apply` accepts outcomes whatever their token.
@@ -25,4 +26,14 @@ pub fn set_ack_before_commit(on: bool) {
 
 pub fn ack_before_commit() -> bool {
     ACK_BEFORE_COMMIT.with(Cell::get)
+}
+
+/// `--break split-batch`: `POST /v1/events/batch` commits the two halves of
+/// a batch as two log entries, one after the other.
+pub fn set_split_batch(on: bool) {
+    SPLIT_BATCH.with(|c| c.set(on));
+}
+
+pub fn split_batch() -> bool {
+    SPLIT_BATCH.with(Cell::get)
 }

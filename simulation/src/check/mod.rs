@@ -1,6 +1,7 @@
 //! Invariant checkers, one module per property. Each returns the
 //! violations it finds; a run is ok when none do.
 
+pub mod batches;
 pub mod fencing;
 pub mod liveness;
 pub mod lost;

@@ -13,6 +13,7 @@ use hookraft_core::command::{IngestResult, NewEvent};
 use hookraft_core::ids::{EndpointId, EventId};
 use hookraft_core::model::Delivery;
 use hookraft_core::state::ClusterState;
+use hookraft_delivery::batcher::ProposeError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -177,7 +178,7 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
     }
     unknown_endpoints(ctx, &events)?;
     let started_ms = ctx.clock.monotonic_ms();
-    let results = ctx.ingest.submit_batch(events).await?;
+    let results = commit_batch(ctx, events).await?;
     let m = &ctx.metrics;
     m.commit_latency_count.fetch_add(1, Ordering::Relaxed);
     m.commit_latency_sum_ms.fetch_add(ctx.clock.monotonic_ms().saturating_sub(started_ms), Ordering::Relaxed);
@@ -206,10 +207,30 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
     Ok((StatusCode::ACCEPTED, axum::Json(BatchAnswers { events: answers })).into_response())
 }
 
+/// Commits the batch as one log entry.
+async fn commit_batch(ctx: &ApiContext, events: Vec<NewEvent>) -> Result<Vec<IngestResult>, ProposeError> {
+    #[cfg(feature = "break")]
+    if hookraft_core::breaks::split_batch() && events.len() > 1 {
+        // Deliberately wrong (simulator's `--break split-batch`): two entries.
+        let mut events = events;
+        let second = events.split_off(events.len() / 2);
+        let mut results = ctx.ingest.submit_batch(events).await?;
+        results.extend(ctx.ingest.submit_batch(second).await?);
+        return Ok(results);
+    }
+    ctx.ingest.submit_batch(events).await
+}
+
 /// A 422 naming the first event that lists an endpoint that does not exist.
+/// An event whose idempotency key is already known is skipped: it replays
+/// what was committed, even when its endpoint has been deleted since (a
+/// retried batch must not be refused for what its first try created).
 fn unknown_endpoints(ctx: &ApiContext, events: &[NewEvent]) -> ApiResult<()> {
     let state = ctx.state.read();
     for (i, event) in events.iter().enumerate() {
+        if event.idempotency_key.as_ref().is_some_and(|key| state.idempotency.contains_key(key.as_str())) {
+            continue;
+        }
         let missing = event.endpoint_ids.iter().flatten().find(|id| !state.endpoints.contains_key(id));
         if let Some(id) = missing {
             return Err(Problem::invalid(format!("events[{i}]: endpoint_ids: no endpoint {id}")));
