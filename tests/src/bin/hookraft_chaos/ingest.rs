@@ -1,6 +1,8 @@
 //! Continuous ingest: a steady rate of events spread over every node, each
 //! with its own `Idempotency-Key`, retried on another node with the same key
-//! until a node accepts it (`202`, or `200` for an idempotent replay).
+//! until a node accepts it (`202`, or `200` for an idempotent replay). Every
+//! other event goes through `POST /v1/events/batch` (a batch of one, its key
+//! in the body), so the batch route meets the same faults.
 //!
 //! What it records is what the report needs: every accepted event (its id
 //! and when the answer came), every failed attempt (when, on which node,
@@ -172,23 +174,29 @@ enum Answer {
 async fn post_until_accepted(config: &IngestConfig, log: &IngestLog, client: &reqwest::Client, seq: u64) {
     let key = format!("chaos-{}-{seq}", config.run_id);
     let endpoint = &config.endpoints[(seq % config.endpoints.len() as u64) as usize];
-    let body = json!({
+    let event = json!({
         "type": "chaos.event",
         "payload": {"seq": seq, "run": config.run_id},
         "endpoint_ids": [endpoint],
     });
+    let batch = seq % 2 == 1;
+    let (path, body) = if batch {
+        let mut event = event;
+        event["idempotency_key"] = Value::from(key.clone());
+        ("/v1/events/batch", json!({"events": [event]}))
+    } else {
+        ("/v1/events", event)
+    };
     let first = Instant::now();
     let nodes = config.nodes.len();
     for attempt in 0..ATTEMPTS_PER_EVENT_MAX {
         let node = (seq as usize + attempt as usize) % nodes;
-        let sent = client
-            .post(format!("{}/v1/events", config.nodes[node]))
-            .bearer_auth(&config.token)
-            .header("Idempotency-Key", &key)
-            .json(&body)
-            .send()
-            .await;
-        match classify(sent).await {
+        let mut request = client.post(format!("{}{path}", config.nodes[node])).bearer_auth(&config.token);
+        if !batch {
+            request = request.header("Idempotency-Key", &key);
+        }
+        let sent = request.json(&body).send().await;
+        match classify(sent, batch).await {
             Answer::Accepted(id) => return log.accept(seq, id),
             Answer::Refused(why) => return log.reject(format!("event {seq} on node #{}: {why}", node + 1)),
             Answer::Retry(why) => log.fail(node, why),
@@ -208,7 +216,8 @@ async fn post_until_accepted(config: &IngestConfig, log: &IngestLog, client: &re
     log.gave_up.fetch_add(1, Ordering::Relaxed);
 }
 
-async fn classify(sent: Result<reqwest::Response, reqwest::Error>) -> Answer {
+/// What one answer means; `batch` answers carry the event as their one result.
+async fn classify(sent: Result<reqwest::Response, reqwest::Error>, batch: bool) -> Answer {
     let response = match sent {
         Ok(response) => response,
         Err(e) if e.is_timeout() => return Answer::Retry("timeout".into()),
@@ -222,7 +231,10 @@ async fn classify(sent: Result<reqwest::Response, reqwest::Error>) -> Answer {
     };
     match status {
         StatusCode::OK | StatusCode::ACCEPTED => {
-            let id = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["id"].as_str().map(str::to_string));
+            let body = serde_json::from_str::<Value>(&text).unwrap_or_default();
+            let event = if batch { &body["events"][0] } else { &body };
+            let created = !batch || matches!(event["status"].as_u64(), Some(200 | 202));
+            let id = event["id"].as_str().filter(|_| created).map(str::to_string);
             match id {
                 Some(id) if id.starts_with("evt_") => Answer::Accepted(id),
                 _ => Answer::Refused(format!("{status} without an event id: {text}")),
