@@ -41,6 +41,22 @@ impl Submission {
             Submission::Batch(events, _) => events.len(),
         }
     }
+
+    /// Moves the events into the entry being built and keeps where their
+    /// answers go.
+    fn into_entry(self, entry: &mut Vec<NewEvent>) -> Waiter {
+        match self {
+            Submission::One(event, reply) => {
+                entry.push(event);
+                Waiter::One(reply)
+            }
+            Submission::Batch(mut events, reply) => {
+                let waiter = Waiter::Batch(events.len(), reply);
+                entry.append(&mut events);
+                waiter
+            }
+        }
+    }
 }
 
 /// Where a submission's answers go once its entry is applied.
@@ -126,20 +142,8 @@ async fn run(mut rx: mpsc::Receiver<Submission>, proposer: Arc<dyn Proposer>, cl
             }
         }
         let taken = submissions_that_fit(queued.iter().map(Submission::len), INGEST_BATCH_MAX);
-        let mut events = Vec::with_capacity(INGEST_BATCH_MAX.min(queued.iter().take(taken).map(Submission::len).sum()));
-        let mut waiters = Vec::with_capacity(taken);
-        for submission in queued.drain(..taken) {
-            match submission {
-                Submission::One(event, reply) => {
-                    events.push(event);
-                    waiters.push(Waiter::One(reply));
-                }
-                Submission::Batch(mut batch, reply) => {
-                    waiters.push(Waiter::Batch(batch.len(), reply));
-                    events.append(&mut batch);
-                }
-            }
-        }
+        let mut events = Vec::with_capacity(queued[..taken].iter().map(Submission::len).sum());
+        let waiters: Vec<Waiter> = queued.drain(..taken).map(|s| s.into_entry(&mut events)).collect();
         let proposer = proposer.clone();
         let now_ms = clock.wall_ms();
         tokio::spawn(async move {

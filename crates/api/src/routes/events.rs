@@ -168,13 +168,10 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
     let mut events = Vec::with_capacity(body.events.len());
     for (i, item) in body.events.into_iter().enumerate() {
         let in_item = |problem: Problem| Problem { detail: format!("events[{i}]: {}", problem.detail), ..problem };
-        let key = match item.idempotency_key {
-            Some(key) => {
-                Some(idempotency_key_text(&key).ok_or_else(|| in_item(Problem::invalid(key_rule("idempotency_key"))))?)
-            }
-            None => None,
-        };
-        events.push(new_event(ctx, item.r#type, item.payload, item.endpoint_ids, key).map_err(in_item)?);
+        let key = item.idempotency_key.map(|key| {
+            idempotency_key_text(&key).ok_or_else(|| in_item(Problem::invalid(key_rule("idempotency_key"))))
+        });
+        events.push(new_event(ctx, item.r#type, item.payload, item.endpoint_ids, key.transpose()?).map_err(in_item)?);
     }
     unknown_endpoints(ctx, &events)?;
     let started_ms = ctx.clock.monotonic_ms();
