@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use hookraft_core::ids::NodeId;
 use hookraft_core::state::ClusterState;
-use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Storage};
+use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Runtimes, Storage};
 use hookraft_raft::{ApplyObserver, MemDisk};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -76,6 +76,8 @@ impl Cluster {
             network: self.net.factory(id),
             peers: self.net.peers(id),
             apply_tap: Some(self.tap.clone()),
+            // One thread for everything, so a seed replays exactly.
+            runtimes: Runtimes::default(),
         };
         let handle = Node::start(config, io, None).await?;
         self.net.attach(id, handle.raft().clone(), handle.local_write.clone());

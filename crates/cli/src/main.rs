@@ -10,6 +10,7 @@
 mod admin;
 mod limits;
 mod receiver;
+mod runtimes;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -47,11 +48,13 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Serve(args) => serve::run(args).await,
-            Command::Receiver(args) => receiver::run(args).await,
-            Command::Cluster(args) => admin::run(args).await,
+    match cli.command {
+        Command::Serve(args) => {
+            let runtimes = runtimes::NodeRuntimes::start(args.delivery_threads())?;
+            // Dropped after the node stopped, outside any async context.
+            runtime.block_on(serve::run(args, runtimes.handles()))
         }
-    })
+        Command::Receiver(args) => runtime.block_on(receiver::run(args)),
+        Command::Cluster(args) => runtime.block_on(admin::run(args)),
+    }
 }

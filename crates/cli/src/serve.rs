@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use hookraft_node::{Io, Node, NodeConfig};
+use hookraft_node::{Io, Node, NodeConfig, Runtimes};
 
 use crate::limits::{OpenFiles, raise_open_files};
 
@@ -44,13 +44,23 @@ pub struct ServeArgs {
     /// How long a heartbeat keeps this node's shard lease (ms).
     #[arg(long, env = "HOOKRAFT_LEASE_MS", default_value_t = hookraft_node::config::LEASE_MS_DEFAULT)]
     lease_ms: u64,
+    /// Threads that send webhooks [default: every core but one, at least one].
+    #[arg(long, env = "HOOKRAFT_DELIVERY_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    delivery_threads: Option<u16>,
+}
+
+impl ServeArgs {
+    /// Threads of the delivery runtime: as asked, or the default.
+    pub fn delivery_threads(&self) -> usize {
+        self.delivery_threads.map_or_else(crate::runtimes::delivery_threads_default, usize::from)
+    }
 }
 
 fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     hookraft_node::config::parse_peers(text)
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     if args.api_token.as_deref().is_some_and(str::is_empty) {
         bail!("--api-token is empty");
     }
@@ -87,7 +97,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.lease_ms = args.lease_ms;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
-    let io = Io::production(args.data_dir.clone(), args.allow_private_targets, config.cluster_secret.clone())?;
+    let io =
+        Io::production(args.data_dir.clone(), args.allow_private_targets, config.cluster_secret.clone(), runtimes)?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let mut node = Node::start(config, io, Some(listener)).await.context("starting the node")?;

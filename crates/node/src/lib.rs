@@ -42,7 +42,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::NodeConfig;
-pub use io::{Io, Storage, SystemClock};
+pub use io::{Io, Runtimes, Storage, SystemClock};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -111,14 +111,18 @@ impl Node {
         if config.advertise.is_none() {
             config.advertise = Some(addr.to_string());
         }
-        let raft = Raft::new(
+        // openraft spawns its tasks on the runtime that builds it.
+        let building = Raft::new(
             config.node_id,
             Arc::new(raft_config_snapshotting_every(config.snapshot_every_entries)),
             io.network,
             log_store,
             state_machine,
-        )
-        .await
+        );
+        let raft = match &io.runtimes.consensus {
+            Some(consensus) => consensus.spawn(building).await.map_err(|e| NodeError::Raft(e.to_string()))?,
+            None => building.await,
+        }
         .map_err(|e| NodeError::Raft(e.to_string()))?;
         let single = config.peers.len() <= 1;
         if config.initialises() && !raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
@@ -134,7 +138,7 @@ impl Node {
                 .map_err(|e| NodeError::Raft(e.to_string()))?;
         }
 
-        let writer = log_writer::LogWriter::start(raft.clone());
+        let writer = log_writer::LogWriter::start(raft.clone(), io.runtimes.consensus.as_ref());
         let proposer: Arc<dyn Proposer> =
             Arc::new(cluster::ClusterProposer { raft: raft.clone(), writer: writer.clone(), peers: io.peers.clone() });
         let (outcome_tx, outcome_rx) = tokio::sync::mpsc::channel(OUTCOME_QUEUE_MAX);
@@ -160,8 +164,14 @@ impl Node {
             metrics: delivery_metrics.clone(),
             seed: io.seed,
         };
-        let (supervisor, _) =
-            Actor::spawn(None, DeliverySupervisor, ctx).await.map_err(|e| NodeError::Actors(e.to_string()))?;
+        // An actor spawns its children, and an attempt its connection, on
+        // the runtime it runs on.
+        let spawning = Actor::spawn(None, DeliverySupervisor, ctx);
+        let (supervisor, _) = match &io.runtimes.delivery {
+            Some(delivery) => delivery.spawn(spawning).await.map_err(|e| NodeError::Actors(e.to_string()))?,
+            None => spawning.await,
+        }
+        .map_err(|e| NodeError::Actors(e.to_string()))?;
         let _ = link.supervisor.set(supervisor.clone());
 
         let (shutdown, stop) = watch::channel(false);

@@ -28,10 +28,14 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
-    /// Starts the writer task over `raft`.
-    pub fn start(raft: Raft) -> Self {
+    /// Starts the writer task over `raft`, on `runtime` when given (where
+    /// Raft runs) or on the caller's.
+    pub fn start(raft: Raft, runtime: Option<&tokio::runtime::Handle>) -> Self {
         let (tx, rx) = mpsc::channel(LOG_WRITER_QUEUE_MAX);
-        tokio::spawn(run(rx, raft));
+        match runtime {
+            Some(runtime) => drop(runtime.spawn(run(rx, raft))),
+            None => drop(tokio::spawn(run(rx, raft))),
+        }
         Self { tx }
     }
 
