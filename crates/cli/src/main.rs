@@ -50,9 +50,10 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Serve(args) => {
-            let runtimes = runtimes::NodeRuntimes::start(args.delivery_threads())?;
-            // Dropped after the node stopped, outside any async context.
-            runtime.block_on(serve::run(args, runtimes.handles()))
+            let runtimes = args.delivery_threads().map(runtimes::NodeRuntimes::start).transpose()?;
+            let handles = runtimes.as_ref().map(runtimes::NodeRuntimes::handles).unwrap_or_default();
+            // `runtimes` is dropped after the node stopped, outside any async context.
+            runtime.block_on(serve::run(args, handles))
         }
         Command::Receiver(args) => runtime.block_on(receiver::run(args)),
         Command::Cluster(args) => runtime.block_on(admin::run(args)),

@@ -44,15 +44,18 @@ pub struct ServeArgs {
     /// How long a heartbeat keeps this node's shard lease (ms).
     #[arg(long, env = "HOOKRAFT_LEASE_MS", default_value_t = hookraft_node::config::LEASE_MS_DEFAULT)]
     lease_ms: u64,
-    /// Threads that send webhooks [default: every core but one, at least one].
+    /// Send webhooks on this many threads of their own, and run Raft on one
+    /// of its own, so producers are answered at the same speed however
+    /// busy delivery is [default: everything on one runtime]. On two cores
+    /// the node delivered 28–47% less this way (docs/benchmarks.md).
     #[arg(long, env = "HOOKRAFT_DELIVERY_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     delivery_threads: Option<u16>,
 }
 
 impl ServeArgs {
-    /// Threads of the delivery runtime: as asked, or the default.
-    pub fn delivery_threads(&self) -> usize {
-        self.delivery_threads.map_or_else(crate::runtimes::delivery_threads_default, usize::from)
+    /// Threads of a delivery runtime of its own, when asked for.
+    pub fn delivery_threads(&self) -> Option<usize> {
+        self.delivery_threads.map(usize::from)
     }
 }
 

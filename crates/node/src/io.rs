@@ -74,15 +74,17 @@ pub struct Io<N = HttpNetwork> {
 }
 
 /// The runtimes a node's work is spread over. `None` runs that part with
-/// everything else on the caller's runtime, as the simulator needs (one
-/// thread, so a seed replays exactly).
+/// everything else on the caller's runtime: the simulator's way (one
+/// thread, so a seed replays exactly) and `hookraft serve`'s default.
 ///
-/// Production gives Raft and the deliveries a runtime each, so the HTTP API
-/// keeps the caller's. On one runtime, every hop of a commit and of an
-/// ingest request queued behind thousands of ready delivery tasks: with
-/// the node delivering flat out, one commit took 15 ms of which 2 ms was
-/// work, and ingest latency followed the delivery load
-/// (docs/benchmarks.md, 2026-12-03 evening).
+/// On one runtime, every hop of a commit and of an ingest request queues
+/// behind the ready delivery tasks: with the node delivering flat out, one
+/// commit took 15 ms of which 2 ms was work, and producers waited as long
+/// as delivery kept the cores busy. `hookraft serve --delivery-threads N`
+/// gives Raft and the deliveries runtimes of their own, so ingest keeps
+/// its speed whatever delivery does, at the price of what the node
+/// delivers on few cores (docs/benchmarks.md, "Raft and deliveries on
+/// runtimes of their own").
 #[derive(Clone, Default)]
 pub struct Runtimes {
     /// Raft's tasks (its core, log IO, state machine, replication) and the

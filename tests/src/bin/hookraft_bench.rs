@@ -98,6 +98,10 @@ struct Args {
     /// how long each build held applies).
     #[arg(long)]
     keep_logs: Option<PathBuf>,
+    /// Threads of each node's own delivery runtime (`hookraft serve
+    /// --delivery-threads`) [default: the node's default, one runtime].
+    #[arg(long)]
+    delivery_threads: Option<u16>,
 }
 
 /// The same allocator as the node, so the load generator and the fleet
@@ -155,8 +159,11 @@ enum Deployment {
 }
 
 impl Deployment {
-    async fn start(nodes: u64, bin: &PathBuf) -> Self {
-        let node = NodeOptions::default().binary(bin);
+    async fn start(nodes: u64, bin: &PathBuf, delivery_threads: Option<u16>) -> Self {
+        let mut node = NodeOptions::default().binary(bin);
+        if let Some(threads) = delivery_threads {
+            node = node.arg(format!("--delivery-threads={threads}"));
+        }
         if nodes <= 1 {
             Deployment::Single(TestNode::start_with(node).await)
         } else {
@@ -219,7 +226,7 @@ impl Deployment {
 async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<Report> {
     let events = args.events.unwrap_or(scenario.default_events());
     eprintln!("== {}: {events} events, {} node(s)", scenario.name(), args.nodes);
-    let deployment = Deployment::start(args.nodes, bin).await;
+    let deployment = Deployment::start(args.nodes, bin, args.delivery_threads).await;
     let origin = Instant::now();
     let (fleet, fleet_url) = Fleet::start(origin).await?;
     let specs = scenario.endpoints();
@@ -279,6 +286,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         nodes: args.nodes,
         connections: args.connections,
         events_per_request: args.batch,
+        delivery_threads: args.delivery_threads,
         endpoints: specs.len(),
         payload_bytes: args.payload_bytes,
         events_offered: events,

@@ -94,6 +94,9 @@ pub struct Report {
     pub connections: usize,
     /// 1: `POST /v1/events`; more: `POST /v1/events/batch` of that many.
     pub events_per_request: usize,
+    /// The nodes' `--delivery-threads`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery_threads: Option<u16>,
     pub endpoints: usize,
     pub payload_bytes: usize,
     pub events_offered: usize,
@@ -132,7 +135,7 @@ impl Report {
         let l = &self.ingest_latency_ms;
         let _ = writeln!(
             out,
-            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}",
+            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}{}",
             self.scenario,
             self.nodes,
             self.connections,
@@ -142,7 +145,8 @@ impl Report {
                 format!(", {} events per request (POST /v1/events/batch)", self.events_per_request)
             } else {
                 String::new()
-            }
+            },
+            self.delivery_threads.map(|n| format!(", --delivery-threads {n}")).unwrap_or_default()
         );
         let _ = writeln!(
             out,
