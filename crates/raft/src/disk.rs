@@ -23,6 +23,8 @@ use crate::group_commit::GroupCommit;
 
 /// The file in a sled 0.34 database directory that holds its pages.
 const SLED_DATA_FILE: &str = "db";
+/// Where sled keeps values too large for its log, a file each.
+const SLED_BLOBS_DIR: &str = "blobs";
 
 /// sled's page cache size: the log's hot tail (snapshots are files beside
 /// it). Reads of recent entries are served by the log store's own cache, so
@@ -187,7 +189,8 @@ impl SledDisk {
         let data_path = path.join(SLED_DATA_FILE);
         let data_file = std::fs::File::open(&data_path)
             .map_err(|e| Error::Sync(format!("cannot open {}: {e}", data_path.display())))?;
-        Ok(Self { group_commit: GroupCommit::new(db.clone(), data_file), db, path: path.to_path_buf() })
+        let group_commit = GroupCommit::new(db.clone(), data_file, path.join(SLED_BLOBS_DIR));
+        Ok(Self { group_commit, db, path: path.to_path_buf() })
     }
 }
 
