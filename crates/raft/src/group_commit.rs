@@ -146,12 +146,18 @@ impl BlobFiles {
 mod tests {
     use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_value_sled_keeps_in_a_blob_file_has_its_file_synced_by_the_flush() {
+    /// A sled database in a temporary directory, flushed only by its group.
+    fn open() -> (tempfile::TempDir, sled::Db, GroupCommit) {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = sled::Config::new().path(dir.path()).flush_every_ms(None).open().expect("opens");
         let data_file = std::fs::File::open(dir.path().join("db")).expect("sled's data file");
         let group = GroupCommit::new(db.clone(), data_file, dir.path().join("blobs"));
+        (dir, db, group)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_value_sled_keeps_in_a_blob_file_has_its_file_synced_by_the_flush() {
+        let (dir, db, group) = open();
         db.insert(b"small", vec![1; 64]).expect("insert");
         group.flush().await.expect("flush");
         assert!(group.inner.blobs.lock().expect("lock").synced.is_empty(), "a small value is not a blob");
@@ -168,10 +174,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_hundred_concurrent_flushes_all_finish_and_none_hangs() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let db = sled::Config::new().path(dir.path()).flush_every_ms(None).open().expect("opens");
-        let data_file = std::fs::File::open(dir.path().join("db")).expect("sled's data file");
-        let group = GroupCommit::new(db.clone(), data_file, dir.path().join("blobs"));
+        let (dir, db, group) = open();
         let mut tasks = Vec::new();
         for i in 0u32..200 {
             let (group, db) = (group.clone(), db.clone());
