@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hookraft_tests::{
-    Accepted, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestNode, eventually, list_deliveries,
+    Accepted, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestNode, eventually, list_deliveries,
     register_endpoint, send_event, wait_for,
 };
 use serde_json::{Value, json};
@@ -20,10 +20,10 @@ const RECOVERY_DEADLINE: Duration = Duration::from_secs(180);
 
 /// A node with one endpoint that answers 503 until the crash, so every
 /// accepted event is still pending when the node is killed.
-async fn node_with_a_failing_endpoint() -> (ScriptedReceiver, TestNode, String) {
+async fn node_with_a_failing_endpoint(options: NodeOptions) -> (ScriptedReceiver, TestNode, String) {
     let receiver = ScriptedReceiver::start().await;
     receiver.set_default("durable", Reply::status(503));
-    let node = TestNode::start().await;
+    let node = TestNode::start_with(options).await;
     let retry = json!({"attempts_max": 100, "base_ms": 200, "cap_ms": 1000, "max_age_s": 3600});
     let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("durable"), "retry": retry})).await;
     (receiver, node, endpoint_id)
@@ -63,21 +63,35 @@ async fn kill_restart_and_expect(
     assert_eq!(listed, delivery_ids, "the node lists exactly the acknowledged deliveries");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn all_200_acknowledged_events_are_delivered_after_kill_9_and_restart() {
-    let (receiver, mut node, endpoint_id) = node_with_a_failing_endpoint().await;
-    let node_ref = &node;
-    let accepted: Vec<Accepted> = futures::stream::iter(0..EVENTS)
-        .map(|n| async move { send_event(node_ref, &json!({"type": "t", "payload": {"n": n}})).await })
+/// Posts [`EVENTS`] single events from [`PRODUCERS`] producers at once.
+async fn post_events_one_at_a_time(node: &TestNode) -> Vec<Accepted> {
+    futures::stream::iter(0..EVENTS)
+        .map(|n| async move { send_event(node, &json!({"type": "t", "payload": {"n": n}})).await })
         .buffer_unordered(PRODUCERS)
         .collect()
-        .await;
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_200_acknowledged_events_are_delivered_after_kill_9_and_restart() {
+    let (receiver, mut node, endpoint_id) = node_with_a_failing_endpoint(NodeOptions::default()).await;
+    let accepted = post_events_one_at_a_time(&node).await;
+    kill_restart_and_expect(&receiver, &mut node, &endpoint_id, &accepted).await;
+}
+
+/// The same with Raft and the deliveries on runtimes of their own: the
+/// flag moves tasks between threads, not what is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_delivery_threads_all_200_acknowledged_events_are_delivered_after_kill_9_and_restart() {
+    let options = NodeOptions::default().arg("--delivery-threads=1");
+    let (receiver, mut node, endpoint_id) = node_with_a_failing_endpoint(options).await;
+    let accepted = post_events_one_at_a_time(&node).await;
     kill_restart_and_expect(&receiver, &mut node, &endpoint_id, &accepted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_of_four_accepted_batches_of_50_is_delivered_after_kill_9_and_restart() {
-    let (receiver, mut node, endpoint_id) = node_with_a_failing_endpoint().await;
+    let (receiver, mut node, endpoint_id) = node_with_a_failing_endpoint(NodeOptions::default()).await;
     let mut accepted = Vec::with_capacity(EVENTS);
     for batch in 0..4 {
         let events: Vec<Value> = (0..50).map(|n| json!({"type": "t", "payload": {"batch": batch, "n": n}})).collect();
