@@ -95,6 +95,33 @@ pub struct Runtimes {
     pub delivery: Option<tokio::runtime::Handle>,
 }
 
+/// Runs `future` on `runtime` and waits for its result; the tasks it
+/// spawns stay on that runtime. `None` awaits it in place. A task that
+/// panicked, or the future's error, comes back as text.
+pub(crate) async fn run_on<F, T, E>(runtime: Option<&tokio::runtime::Handle>, future: F) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let output = match runtime {
+        Some(runtime) => runtime.spawn(future).await.map_err(|e| e.to_string())?,
+        None => future.await,
+    };
+    output.map_err(|e| e.to_string())
+}
+
+/// Spawns `task` on `runtime`, or on the caller's when `None`.
+pub(crate) fn spawn_on<F>(runtime: Option<&tokio::runtime::Handle>, task: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match runtime {
+        Some(runtime) => drop(runtime.spawn(task)),
+        None => drop(tokio::spawn(task)),
+    }
+}
+
 impl Io<HttpNetwork> {
     /// The system clock, OS entropy, reqwest for webhooks, HTTP between
     /// nodes with the cluster secret, sled under `data_dir`, spread over

@@ -119,11 +119,7 @@ impl Node {
             log_store,
             state_machine,
         );
-        let raft = match &io.runtimes.consensus {
-            Some(consensus) => consensus.spawn(building).await.map_err(|e| NodeError::Raft(e.to_string()))?,
-            None => building.await,
-        }
-        .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let raft = crate::io::run_on(io.runtimes.consensus.as_ref(), building).await.map_err(NodeError::Raft)?;
         let single = config.peers.len() <= 1;
         if config.initialises() && !raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
             let members: BTreeMap<NodeId, openraft::BasicNode> =
@@ -167,11 +163,8 @@ impl Node {
         // An actor spawns its children, and an attempt its connection, on
         // the runtime it runs on.
         let spawning = Actor::spawn(None, DeliverySupervisor, ctx);
-        let (supervisor, _) = match &io.runtimes.delivery {
-            Some(delivery) => delivery.spawn(spawning).await.map_err(|e| NodeError::Actors(e.to_string()))?,
-            None => spawning.await,
-        }
-        .map_err(|e| NodeError::Actors(e.to_string()))?;
+        let (supervisor, _) =
+            crate::io::run_on(io.runtimes.delivery.as_ref(), spawning).await.map_err(NodeError::Actors)?;
         let _ = link.supervisor.set(supervisor.clone());
 
         let (shutdown, stop) = watch::channel(false);

@@ -32,10 +32,7 @@ impl LogWriter {
     /// Raft runs) or on the caller's.
     pub fn start(raft: Raft, runtime: Option<&tokio::runtime::Handle>) -> Self {
         let (tx, rx) = mpsc::channel(LOG_WRITER_QUEUE_MAX);
-        match runtime {
-            Some(runtime) => drop(runtime.spawn(run(rx, raft))),
-            None => drop(tokio::spawn(run(rx, raft))),
-        }
+        crate::io::spawn_on(runtime, run(rx, raft));
         Self { tx }
     }
 
