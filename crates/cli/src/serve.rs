@@ -47,7 +47,7 @@ pub struct ServeArgs {
     /// Send webhooks on this many threads of their own, and run Raft on one
     /// of its own, so producers are answered at the same speed however
     /// busy delivery is [default: everything on one runtime]. On two cores
-    /// the node delivered 28–47% less this way (docs/benchmarks.md).
+    /// the node delivered up to 45% less this way (docs/benchmarks.md).
     #[arg(long, env = "HOOKRAFT_DELIVERY_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     delivery_threads: Option<u16>,
 }
