@@ -106,9 +106,6 @@ pub async fn run_outcome_batcher(
 /// Tops a small batch up with the outcomes that arrive within
 /// [`OUTCOME_LINGER`], until it holds [`OUTCOME_LINGER_MIN`].
 async fn linger(outcomes: &mut mpsc::Receiver<Outcome>, batch: &mut Vec<Outcome>) {
-    if batch.len() >= OUTCOME_LINGER_MIN {
-        return;
-    }
     let deadline = tokio::time::Instant::now() + OUTCOME_LINGER;
     while batch.len() < OUTCOME_LINGER_MIN {
         let room = OUTCOME_BATCH_MAX - batch.len();
