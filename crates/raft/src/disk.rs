@@ -175,22 +175,63 @@ pub struct SledDisk {
 
 impl SledDisk {
     /// Opens (or creates) the sled database in the directory `path`. Fails
-    /// while another `SledDisk` of this process or another holds it.
+    /// while another `SledDisk` of this process or another holds it, after
+    /// waiting up to [`LOCK_RELEASE_GRACE`] for a holder that is going away.
     pub fn open(path: &Path) -> Result<Self, Error> {
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(SLED_CACHE_CAPACITY_BYTES)
-            // The stores flush explicitly where openraft requires it; a timer
-            // would only add background IO.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
+        let db = open_when_released(path, LOCK_RELEASE_GRACE, LOCK_RETRY_PAUSE, || {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(SLED_CACHE_CAPACITY_BYTES)
+                // The stores flush explicitly where openraft requires it; a
+                // timer would only add background IO.
+                .flush_every_ms(None)
+                .open()
+        })
+        .map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
         // sled keeps its pages in `<path>/db`; the handle is only synced.
         let data_path = path.join(SLED_DATA_FILE);
         let data_file = std::fs::File::open(&data_path)
             .map_err(|e| Error::Sync(format!("cannot open {}: {e}", data_path.display())))?;
         let group_commit = GroupCommit::new(db.clone(), data_file, path.join(SLED_BLOBS_DIR));
         Ok(Self { group_commit, db, path: path.to_path_buf() })
+    }
+}
+
+/// How long [`SledDisk::open`] waits for sled's file lock. When the last
+/// handle on a database is dropped, sled's IO threads still hold the data
+/// file (and its lock) for a moment after the write they report done, so
+/// the same process reopening the directory at once (a restart in place,
+/// a test) can find it locked by a database that is already gone.
+pub const LOCK_RELEASE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Whether `error` is sled 0.34 refusing to open a database whose data file
+/// another handle has locked. sled reports it only as text; should the text
+/// change, opening fails at once as it did before this wait.
+fn is_lock_held(error: &sled::Error) -> bool {
+    matches!(error, sled::Error::Io(io)
+        if io.kind() == std::io::ErrorKind::Other && io.to_string().starts_with("could not acquire lock"))
+}
+
+/// Calls `open` until it succeeds, fails for another reason than a held
+/// lock, or `grace` has passed since the first failure (measured as the sum
+/// of the pauses, so no clock is read).
+fn open_when_released<T>(
+    path: &Path,
+    grace: std::time::Duration,
+    pause: std::time::Duration,
+    mut open: impl FnMut() -> Result<T, sled::Error>,
+) -> Result<T, sled::Error> {
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        match open() {
+            Err(error) if is_lock_held(&error) && waited < grace => {
+                tracing::debug!(path = %path.display(), ?waited, "sled's file lock is still held; waiting for its release");
+                std::thread::sleep(pause);
+                waited += pause;
+            }
+            result => return result,
+        }
     }
 }
 
@@ -433,6 +474,62 @@ mod tests {
         assert!(!is_empty_range(Excluded(a), Excluded(b)));
         assert!(!is_empty_range(Unbounded, Excluded(a)));
         assert!(!is_empty_range(Excluded(b), Unbounded));
+    }
+
+    fn lock_error() -> sled::Error {
+        sled::Error::Io(std::io::Error::other("could not acquire lock on \"x/db\": WouldBlock"))
+    }
+
+    #[test]
+    fn a_held_lock_is_waited_for_and_any_other_error_is_not() {
+        let pause = std::time::Duration::from_millis(1);
+        let grace = std::time::Duration::from_millis(50);
+        let mut calls = 0;
+        let opened = open_when_released(Path::new("x"), grace, pause, || {
+            calls += 1;
+            if calls < 3 { Err(lock_error()) } else { Ok(calls) }
+        });
+        assert_eq!(opened.expect("opens once released"), 3);
+
+        let mut calls = 0;
+        let refused = open_when_released(Path::new("x"), grace, pause, || -> Result<(), _> {
+            calls += 1;
+            Err(sled::Error::Io(std::io::Error::from(std::io::ErrorKind::PermissionDenied)))
+        });
+        assert!(refused.is_err());
+        assert_eq!(calls, 1, "an error other than the lock is returned at once");
+
+        let mut calls = 0;
+        let held = open_when_released(Path::new("x"), grace, pause, || -> Result<(), _> {
+            calls += 1;
+            Err(lock_error())
+        });
+        assert!(held.is_err_and(|e| is_lock_held(&e)), "a lock held past the grace fails with the lock error");
+        assert_eq!(calls, 51, "one try per pause until the grace is spent, and one at its end");
+    }
+
+    #[test]
+    fn sleds_own_lock_error_is_recognised_and_a_database_held_open_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held = SledDisk::open(dir.path()).expect("opens");
+        let pause = std::time::Duration::from_millis(10);
+        let second = open_when_released(dir.path(), std::time::Duration::from_millis(30), pause, || {
+            sled::Config::new().path(dir.path()).open()
+        });
+        assert!(second.is_err_and(|e| is_lock_held(&e)), "sled's lock error is the one recognised");
+        drop(held);
+    }
+
+    #[test]
+    fn a_database_released_while_waiting_is_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held = SledDisk::open(dir.path()).expect("opens");
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+        });
+        SledDisk::open(dir.path()).expect("opens once the holder lets go");
+        releaser.join().expect("releaser");
     }
 
     #[tokio::test]
