@@ -98,6 +98,11 @@ struct Args {
     /// how long each build held applies).
     #[arg(long)]
     keep_logs: Option<PathBuf>,
+    /// Offer this many events per second, evenly spaced, and count each
+    /// request's latency from when it was due (an open load) [default: as
+    /// fast as the nodes accept, each connection waiting for its answer].
+    #[arg(long, value_parser = parse_rate)]
+    rate: Option<f64>,
     /// Threads of each node's own delivery runtime (`hookraft serve
     /// --delivery-threads`) [default: the node's default, one runtime].
     #[arg(long)]
@@ -150,6 +155,13 @@ async fn main() -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!("{text:?} is not a positive number of events per second")),
+    }
 }
 
 /// The nodes under test; dropping it stops them.
@@ -248,6 +260,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         payload_bytes: args.payload_bytes,
         event_type: scenario.event_type(),
         origin,
+        rate: args.rate,
     });
     let progress = Arc::new(Progress::default());
     let done = Arc::new(AtomicBool::new(false));
@@ -290,6 +303,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         endpoints: specs.len(),
         payload_bytes: args.payload_bytes,
         events_offered: events,
+        offered_per_s: args.rate,
         accepted: accepted.len(),
         not_accepted,
         ingest_s,
@@ -361,10 +375,15 @@ async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fle
         tokio::time::sleep(PROGRESS_INTERVAL).await;
         let accepted = progress.accepted.load(Ordering::Relaxed);
         let received = fleet.received.load(Ordering::Relaxed);
+        let recent = progress.take_recent_latencies();
+        let max_ms = |q: f64| report::quantile(&recent, q) as f64 / 1000.0;
         eprintln!(
-            "  t={:>5.1}s accepted {accepted} (+{}/s), delivered {received} (+{}/s), not accepted {}",
+            "  t={:>5.1}s accepted {accepted} (+{}/s, request p50 {:.1} p99 {:.1} max {:.1} ms), delivered {received} (+{}/s), not accepted {}",
             origin.elapsed().as_secs_f64(),
             accepted - last_accepted,
+            max_ms(0.5),
+            max_ms(0.99),
+            max_ms(1.0),
             received.saturating_sub(last_received),
             progress.failed.load(Ordering::Relaxed),
         );

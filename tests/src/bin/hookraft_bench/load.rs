@@ -3,6 +3,13 @@
 //! each accepted event's id and ingest latency. With `per_request` above 1
 //! each request is a `POST /v1/events/batch` of that many events, and every
 //! event of it gets the request's latency.
+//!
+//! With a `rate` the load is open: event `i` is due `i / rate` seconds after
+//! the start, and a request is sent when its first event is due (or when a
+//! connection is free, if later). Its latency then counts from when it was
+//! due, not from when it was sent, so a node that falls behind shows it in
+//! the latency instead of silently slowing the generator down (the closed
+//! loop's "coordinated omission").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -30,6 +37,14 @@ pub struct Load {
     pub event_type: fn(usize) -> String,
     /// When the run started: payloads carry their send time relative to it.
     pub origin: Instant,
+    /// Events per second offered, spread evenly; `None` posts as fast as
+    /// the nodes accept.
+    pub rate: Option<f64>,
+}
+
+/// When event `first` is due, after the load's start, at `rate` events/s.
+pub fn due_after(first: usize, rate: f64) -> Duration {
+    Duration::from_secs_f64(first as f64 / rate)
 }
 
 /// One accepted event.
@@ -45,6 +60,18 @@ pub struct Accepted {
 pub struct Progress {
     pub accepted: AtomicU64,
     pub failed: AtomicU64,
+    /// Latencies (µs) of the requests answered since the progress line last
+    /// took them: where in a run the slow ones fell.
+    pub recent_latencies_us: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Progress {
+    /// Takes the latencies recorded since the last call, sorted.
+    pub fn take_recent_latencies(&self) -> Vec<u64> {
+        let mut taken = std::mem::take(&mut *self.recent_latencies_us.lock().unwrap_or_else(|e| e.into_inner()));
+        taken.sort_unstable();
+        taken
+    }
 }
 
 #[derive(Deserialize)]
@@ -86,12 +113,15 @@ fn accepted_ids(body: &[u8], batch: bool, count: usize) -> Result<Vec<String>, S
 /// that failed or were not answered 202.
 pub async fn run(load: Arc<Load>, progress: Arc<Progress>) -> Result<(Vec<Accepted>, u64)> {
     let next = Arc::new(AtomicUsize::new(0));
+    let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(load.connections);
     for connection in 0..load.connections {
         let client =
             reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).pool_max_idle_per_host(1).build()?;
         let (load, next, progress) = (load.clone(), next.clone(), progress.clone());
-        tasks.push(tokio::spawn(async move { connection_loop(connection, client, &load, &next, &progress).await }));
+        tasks.push(tokio::spawn(
+            async move { connection_loop(connection, client, &load, start, &next, &progress).await },
+        ));
     }
     let mut accepted = Vec::with_capacity(load.events);
     let mut failures = 0;
@@ -108,6 +138,7 @@ async fn connection_loop(
     connection: usize,
     client: reqwest::Client,
     load: &Load,
+    start: tokio::time::Instant,
     next: &AtomicUsize,
     progress: &Progress,
 ) -> (Vec<Accepted>, u64) {
@@ -122,19 +153,31 @@ async fn connection_loop(
             return (accepted, failures);
         }
         let indexes = first..(first + load.per_request).min(load.events);
+        let due = match load.rate {
+            Some(rate) => {
+                let due = start + due_after(first, rate);
+                tokio::time::sleep_until(due).await;
+                due.into_std()
+            }
+            None => Instant::now(),
+        };
         let sent_ns = u64::try_from(load.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let bodies = indexes.clone().map(|i| event_body(&(load.event_type)(i), sent_ns, load.payload_bytes));
         let body =
             if batch { format!("{{\"events\":[{}]}}", bodies.collect::<Vec<_>>().join(",")) } else { bodies.collect() };
-        let started = Instant::now();
         let sent = client.post(&url).header("content-type", "application/json").body(body).send().await;
         let why = match sent {
             Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => {
                 let read = response.bytes().await.map_err(|e| format!("unreadable 202 body: {e}"));
                 match read.and_then(|body| accepted_ids(&body, batch, indexes.len())) {
                     Ok(ids) => {
-                        let latency = started.elapsed();
+                        let latency = due.elapsed();
                         progress.accepted.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                        progress
+                            .recent_latencies_us
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(crate::report::micros(latency));
                         accepted.extend(indexes.zip(ids).map(|(index, event_id)| Accepted {
                             index,
                             event_id,
@@ -178,6 +221,14 @@ mod tests {
         assert_eq!(value["type"], "bench.3");
         assert_eq!(value["payload"]["t"], 123_456_789);
         assert_eq!(serde_json::to_string(&value["payload"]).expect("encodes").len(), 200);
+    }
+
+    #[test]
+    fn an_open_load_spaces_events_evenly_from_its_start() {
+        assert_eq!(due_after(0, 30_000.0), Duration::ZERO);
+        assert_eq!(due_after(30_000, 30_000.0), Duration::from_secs(1));
+        assert_eq!(due_after(10, 1_000.0), Duration::from_millis(10));
+        assert!(due_after(3, 30_000.0) < due_after(4, 30_000.0));
     }
 
     #[test]

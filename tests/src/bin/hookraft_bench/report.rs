@@ -100,6 +100,9 @@ pub struct Report {
     pub endpoints: usize,
     pub payload_bytes: usize,
     pub events_offered: usize,
+    /// `--rate`: events per second offered (an open load), when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_per_s: Option<f64>,
     pub accepted: usize,
     pub not_accepted: u64,
     pub ingest_s: f64,
@@ -150,8 +153,16 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  ingest:    {} of {} accepted in {:.2} s = {:.0} events/s; latency p50 {:.1} p99 {:.1} p999 {:.1} max {:.1} ms",
-            self.accepted, self.events_offered, self.ingest_s, self.accepted_per_s, l.p50, l.p99, l.p999, l.max
+            "  ingest:    {} of {} accepted in {:.2} s = {:.0} events/s{}; latency p50 {:.1} p99 {:.1} p999 {:.1} max {:.1} ms",
+            self.accepted,
+            self.events_offered,
+            self.ingest_s,
+            self.accepted_per_s,
+            self.offered_per_s.map(|r| format!(" (offered {r:.0}/s, latency from when due)")).unwrap_or_default(),
+            l.p50,
+            l.p99,
+            l.p999,
+            l.max
         );
         let e = &self.end_to_end_latency_ms;
         let _ = writeln!(
