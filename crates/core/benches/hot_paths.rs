@@ -9,9 +9,12 @@
 //!   `RecordOutcomes` batch of 256 successful attempts, all under the current
 //!   fencing token, so every one is applied.
 //!
-//! - `dense/rebuild_1m`: the rebuild a `DenseMap` of a million deliveries
-//!   (id → boxed record) makes when it has grown by a quarter: the longest
-//!   pause the dense maps add to one `apply`.
+//! - `dense/split_chunk`: the one insert into a `DenseMap` of deliveries
+//!   (id → boxed record) that fills a chunk and rebuilds it as two halves:
+//!   the longest pause the dense maps add to one `apply`, whatever their size.
+//! - `dense/append_1m` and `btreemap/append_1m`: a million deliveries
+//!   inserted in id order into a `DenseMap` and into a plain `BTreeMap`:
+//!   what keeping the map dense costs over all.
 //!
 //! The `apply` benchmarks run each iteration on a fresh clone of the state
 //! (cloned outside the timing) and report throughput in events or outcomes.
@@ -24,7 +27,7 @@ use std::hint::black_box;
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use hookraft_core::command::IngestResult;
-use hookraft_core::dense::DenseMap;
+use hookraft_core::dense::{CHUNK_SPLIT_LEN, DenseMap};
 use hookraft_core::ids::{DeliveryId, EventId, SHARD_COUNT};
 use hookraft_core::signing::{self, Secret};
 use hookraft_core::{ClusterState, Command, Response};
@@ -137,21 +140,47 @@ fn apply_on_a_clone(
     });
 }
 
-/// A rebuild of a million-entry map of boxes, as `DenseMap::insert` makes
-/// one (the map is cloned, and the rebuilt one dropped, outside the timing).
+/// The insert that splits a full chunk, and a million appends against a
+/// plain `BTreeMap` (maps built and dropped outside the timing).
 fn bench_dense(c: &mut Criterion) {
     const ENTRIES: u64 = 1_000_000;
     let mut rng = StdRng::seed_from_u64(3);
-    let map: DenseMap<DeliveryId, Box<[u64; 16]>> =
-        (0..ENTRIES).map(|n| (DeliveryId::generate(NOW_MS + n, &mut rng), Box::new([n; 16]))).collect();
+    let ids: Vec<DeliveryId> = (0..ENTRIES).map(|n| DeliveryId::generate(NOW_MS + n, &mut rng)).collect();
     let mut group = c.benchmark_group("dense");
     group.sample_size(10);
-    group.throughput(Throughput::Elements(ENTRIES));
-    group.bench_function("rebuild_1m", |b| {
+    let full: DenseMap<DeliveryId, Box<[u64; 16]>> =
+        ids[..CHUNK_SPLIT_LEN - 1].iter().map(|&id| (id, Box::new([0; 16]))).collect();
+    let next = ids[CHUNK_SPLIT_LEN - 1];
+    group.bench_function("split_chunk", |b| {
         b.iter_batched(
-            || map.clone(),
+            || full.clone(),
             |mut map| {
-                map.rebuild();
+                map.insert(black_box(next), Box::new([1; 16]));
+                map
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.throughput(Throughput::Elements(ENTRIES));
+    group.bench_function("append_1m", |b| {
+        b.iter_batched(
+            || ids.clone(),
+            |ids| ids.into_iter().map(|id| (id, Box::new([0u64; 16]))).collect::<DenseMap<_, _>>(),
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+    let mut group = c.benchmark_group("btreemap");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(ENTRIES));
+    group.bench_function("append_1m", |b| {
+        b.iter_batched(
+            || ids.clone(),
+            |ids| {
+                let mut map = std::collections::BTreeMap::new();
+                for id in ids {
+                    map.insert(id, Box::new([0u64; 16]));
+                }
                 map
             },
             BatchSize::LargeInput,

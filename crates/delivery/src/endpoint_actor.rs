@@ -10,13 +10,14 @@
 //! [`EndpointMsg::Done`]; their outcomes go to the batcher with the shard's
 //! fencing token. The actor never blocks on the network.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hookraft_core::breaker::{Admission, CircuitBreaker, Transition};
 use hookraft_core::command::Outcome;
+use hookraft_core::dense::DenseSet;
 use hookraft_core::ids::{DeliveryId, EndpointId, Shard};
 use hookraft_core::model::Endpoint;
 use hookraft_core::ratelimit::TokenBucket;
@@ -480,7 +481,7 @@ fn load(
 /// in order: successive calls, each passed the last id of the one before,
 /// visit every id present throughout once, and also those added past the
 /// cursor meanwhile.
-fn next_chunk(active: &BTreeSet<DeliveryId>, after: Option<DeliveryId>, max: usize) -> Vec<DeliveryId> {
+fn next_chunk(active: &DenseSet<DeliveryId>, after: Option<DeliveryId>, max: usize) -> Vec<DeliveryId> {
     let from = after.map_or(Bound::Unbounded, Bound::Excluded);
     active.range((from, Bound::Unbounded)).take(max).copied().collect()
 }
@@ -495,7 +496,7 @@ mod tests {
 
     use super::*;
 
-    fn ids(count: u64, rng: &mut StdRng) -> BTreeSet<DeliveryId> {
+    fn ids(count: u64, rng: &mut StdRng) -> DenseSet<DeliveryId> {
         (0..count).map(|i| DeliveryId::generate(1_000 + i, rng)).collect()
     }
 
@@ -523,7 +524,7 @@ mod tests {
         }
         assert_eq!(seen.len(), 11, "the 10 ids and the one added past the cursor");
         assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "in order, none twice");
-        assert_eq!(next_chunk(&BTreeSet::new(), None, 4), Vec::new());
+        assert_eq!(next_chunk(&DenseSet::new(), None, 4), Vec::new());
         let exact = ids(8, &mut rng);
         let first = next_chunk(&exact, None, 4);
         let second = next_chunk(&exact, first.last().copied(), 4);
