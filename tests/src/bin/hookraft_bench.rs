@@ -103,6 +103,13 @@ struct Args {
     /// fast as the nodes accept, each connection waiting for its answer].
     #[arg(long, value_parser = parse_rate)]
     rate: Option<f64>,
+    /// Leave events due in the first this many seconds of the load out of
+    /// the latency quantiles (they are still posted, counted and
+    /// delivered; the whole run's quantiles are printed beside them): a
+    /// fresh node's first moments, when its connections, actors and files
+    /// are new.
+    #[arg(long, default_value_t = 0.0)]
+    warmup_s: f64,
     /// Threads of each node's own delivery runtime (`hookraft serve
     /// --delivery-threads`) [default: the node's default, one runtime].
     #[arg(long)]
@@ -117,6 +124,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> Result<ExitCode> {
     let args = Args::parse();
+    ensure!(args.warmup_s >= 0.0 && args.warmup_s.is_finite(), "--warmup-s must be a number of seconds, 0 or more");
     ensure!(args.connections > 0 && args.nodes > 0, "connections and nodes must be positive");
     ensure!((1..=1_000).contains(&args.batch), "--batch must be 1 to 1,000 events per request");
     let bin = match args.bin.clone() {
@@ -292,8 +300,14 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     if let Some(dir) = &args.keep_logs {
         deployment.keep_logs(dir, scenario.name())?;
     }
-    let mut ingest_us: Vec<u64> = accepted.iter().map(|a| report::micros(a.latency)).collect();
-    ingest_us.sort_unstable();
+    let measured_from = ingest_started + Duration::from_secs_f64(args.warmup_s);
+    let ingest_us = |from: Duration| {
+        let mut us: Vec<u64> = accepted.iter().filter(|a| a.due >= from).map(|a| report::micros(a.latency)).collect();
+        us.sort_unstable();
+        us
+    };
+    let warmed_up = args.warmup_s > 0.0;
+    let whole_run = |quantiles: Quantiles| warmed_up.then_some(quantiles);
     Ok(Report {
         scenario: scenario.name(),
         nodes: args.nodes,
@@ -308,12 +322,17 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         not_accepted,
         ingest_s,
         accepted_per_s: accepted.len() as f64 / ingest_s,
-        ingest_latency_ms: Quantiles::of_sorted_us(&ingest_us),
+        warmup_s: args.warmup_s,
+        ingest_latency_ms: Quantiles::of_sorted_us(&ingest_us(measured_from)),
+        ingest_latency_whole_run_ms: whole_run(Quantiles::of_sorted_us(&ingest_us(Duration::ZERO))),
         deliveries_expected: expected.len(),
         delivered,
         delivery_s,
         delivered_per_s: if delivery_s > 0.0 { delivered as f64 / delivery_s } else { 0.0 },
-        end_to_end_latency_ms: Quantiles::of_sorted_us(&fleet.latencies_us()),
+        end_to_end_latency_ms: Quantiles::of_sorted_us(&fleet.latencies_us_sent_from(measured_from)),
+        end_to_end_latency_whole_run_ms: whole_run(Quantiles::of_sorted_us(
+            &fleet.latencies_us_sent_from(Duration::ZERO),
+        )),
         duplicates,
         lost: expected.len() - delivered,
         unhealthy_requests: fleet.received_unhealthy.load(Ordering::Relaxed),

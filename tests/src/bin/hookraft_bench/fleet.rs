@@ -42,8 +42,9 @@ pub struct Fleet {
 struct Seen {
     /// Arrivals per (endpoint index, webhook-id) at `ok` and `down` endpoints.
     per_delivery: HashMap<(u32, Box<str>), u32>,
-    /// End-to-end latency of each first arrival, in microseconds.
-    latencies_us: Vec<u64>,
+    /// Send time (since the origin) and end-to-end latency of each first
+    /// arrival, in microseconds.
+    latencies_us: Vec<(u64, u64)>,
     /// When the latest first arrival came, since the origin.
     last_first_arrival: Duration,
 }
@@ -97,9 +98,12 @@ impl Fleet {
         self.seen().per_delivery.values().map(|&n| u64::from(n.saturating_sub(1))).sum()
     }
 
-    /// Takes the latency samples so far, sorted, in microseconds.
-    pub fn latencies_us(&self) -> Vec<u64> {
-        let mut samples = self.seen().latencies_us.clone();
+    /// The latency samples of events sent at `from` (since the origin) or
+    /// later, sorted, in microseconds.
+    pub fn latencies_us_sent_from(&self, from: Duration) -> Vec<u64> {
+        let from = crate::report::micros(from);
+        let mut samples: Vec<u64> =
+            self.seen().latencies_us.iter().filter(|&&(sent, _)| sent >= from).map(|&(_, latency)| latency).collect();
         samples.sort_unstable();
         samples
     }
@@ -117,7 +121,8 @@ impl Fleet {
         if *count == 1 {
             if let Some(sent_ns) = sent_ns(body) {
                 let latency = now.saturating_sub(Duration::from_nanos(sent_ns));
-                seen.latencies_us.push(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
+                let sent_us = sent_ns / 1_000;
+                seen.latencies_us.push((sent_us, crate::report::micros(latency)));
             }
             seen.last_first_arrival = seen.last_first_arrival.max(now);
         }

@@ -53,6 +53,8 @@ pub struct Accepted {
     pub index: usize,
     pub event_id: String,
     pub latency: Duration,
+    /// When it was due (sent, for a closed load), since the origin.
+    pub due: Duration,
 }
 
 /// Live counters, read by the progress line.
@@ -178,10 +180,12 @@ async fn connection_loop(
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
                             .push(crate::report::micros(latency));
+                        let due = due.saturating_duration_since(load.origin);
                         accepted.extend(indexes.zip(ids).map(|(index, event_id)| Accepted {
                             index,
                             event_id,
                             latency,
+                            due,
                         }));
                         continue;
                     }

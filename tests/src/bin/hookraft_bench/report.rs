@@ -107,7 +107,13 @@ pub struct Report {
     pub not_accepted: u64,
     pub ingest_s: f64,
     pub accepted_per_s: f64,
+    /// `--warmup-s`: events due before this many seconds into the load are
+    /// left out of `ingest_latency_ms` and `end_to_end_latency_ms`.
+    pub warmup_s: f64,
     pub ingest_latency_ms: Quantiles,
+    /// The whole run's, warm-up included (only with a warm-up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest_latency_whole_run_ms: Option<Quantiles>,
     /// (endpoint, event) pairs that must arrive at a healthy endpoint.
     pub deliveries_expected: usize,
     pub delivered: usize,
@@ -116,6 +122,9 @@ pub struct Report {
     pub delivered_per_s: f64,
     /// Receive time minus post time, first arrival of each delivery.
     pub end_to_end_latency_ms: Quantiles,
+    /// The whole run's, warm-up included (only with a warm-up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_to_end_latency_whole_run_ms: Option<Quantiles>,
     /// Arrivals beyond the first of one (endpoint, event).
     pub duplicates: u64,
     /// Expected deliveries that never arrived before the deadline.
@@ -164,12 +173,26 @@ impl Report {
             l.p999,
             l.max
         );
+        if let Some(w) = &self.ingest_latency_whole_run_ms {
+            let _ = writeln!(
+                out,
+                "             (events due after the first {:.1} s; the whole run: p50 {:.1} p99 {:.1} p999 {:.1} max {:.1} ms)",
+                self.warmup_s, w.p50, w.p99, w.p999, w.max
+            );
+        }
         let e = &self.end_to_end_latency_ms;
         let _ = writeln!(
             out,
             "  delivery:  {} of {} delivered in {:.2} s = {:.0} delivered/s; end to end p50 {:.1} p99 {:.1} ms",
             self.delivered, self.deliveries_expected, self.delivery_s, self.delivered_per_s, e.p50, e.p99
         );
+        if let Some(w) = &self.end_to_end_latency_whole_run_ms {
+            let _ = writeln!(
+                out,
+                "             (events sent after the first {:.1} s; the whole run: end to end p50 {:.1} p99 {:.1} ms)",
+                self.warmup_s, w.p50, w.p99
+            );
+        }
         let _ = writeln!(
             out,
             "  integrity: lost {}, duplicates {}, not accepted {}, requests to unhealthy endpoints {}",
