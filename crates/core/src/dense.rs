@@ -22,6 +22,11 @@
 //! 50,000 to 200,000 entries were most of the node's ingest p99; see
 //! docs/DESIGN-NOTES.md, note 35.)
 //!
+//! Chunks are shared (`Arc`) and copied on write, so a clone of a map
+//! costs one pointer per chunk, and a change after a clone copies only the
+//! chunk it lands in: a snapshot of the state is a clone taken in a moment
+//! and encoded while applies go on (note 36).
+//!
 //! Chunking changes only where entries sit in memory, never their order or
 //! contents: it is invisible to `apply`, to serialization (both encode as the
 //! plain collection) and to equality.
@@ -30,6 +35,7 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::collections::btree_map;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -49,7 +55,7 @@ pub const CHUNK_MERGE_LEN: usize = CHUNK_SPLIT_LEN / 8;
 /// `len` is the sum of the chunks' lengths.
 #[derive(Clone)]
 pub struct DenseMap<K, V> {
-    chunks: BTreeMap<K, BTreeMap<K, V>>,
+    chunks: BTreeMap<K, Arc<Chunk<K, V>>>,
     len: usize,
 }
 
@@ -63,12 +69,21 @@ type Chunk<K, V> = BTreeMap<K, V>;
 
 /// Iterator over a [`DenseMap`]'s entries in key order.
 pub type Iter<'a, K, V> =
-    std::iter::FlatMap<btree_map::Values<'a, K, Chunk<K, V>>, btree_map::Iter<'a, K, V>, ChunkIter<'a, K, V>>;
-type ChunkIter<'a, K, V> = fn(&'a Chunk<K, V>) -> btree_map::Iter<'a, K, V>;
+    std::iter::FlatMap<btree_map::Values<'a, K, Arc<Chunk<K, V>>>, btree_map::Iter<'a, K, V>, ChunkIter<'a, K, V>>;
+type ChunkIter<'a, K, V> = fn(&'a Arc<Chunk<K, V>>) -> btree_map::Iter<'a, K, V>;
 /// Owning iterator over a [`DenseMap`]'s entries in key order.
 pub type IntoIter<K, V> =
-    std::iter::FlatMap<btree_map::IntoValues<K, Chunk<K, V>>, btree_map::IntoIter<K, V>, ChunkIntoIter<K, V>>;
-type ChunkIntoIter<K, V> = fn(Chunk<K, V>) -> btree_map::IntoIter<K, V>;
+    std::iter::FlatMap<btree_map::IntoValues<K, Arc<Chunk<K, V>>>, btree_map::IntoIter<K, V>, ChunkIntoIter<K, V>>;
+type ChunkIntoIter<K, V> = fn(Arc<Chunk<K, V>>) -> btree_map::IntoIter<K, V>;
+
+fn chunk_iter<K, V>(chunk: &Arc<Chunk<K, V>>) -> btree_map::Iter<'_, K, V> {
+    chunk.iter()
+}
+
+/// The chunk's entries, moved out if no clone of the map shares it, copied otherwise.
+fn chunk_into_iter<K: Clone, V: Clone>(chunk: Arc<Chunk<K, V>>) -> btree_map::IntoIter<K, V> {
+    Arc::unwrap_or_clone(chunk).into_iter()
+}
 /// Iterator over a [`DenseSet`]'s values in order.
 pub type SetIter<'a, T> = std::iter::Map<Iter<'a, T, ()>, fn((&'a T, &'a ())) -> &'a T>;
 
@@ -84,7 +99,7 @@ impl<T> Default for DenseSet<T> {
     }
 }
 
-impl<K: Ord + Clone, V> DenseMap<K, V> {
+impl<K: Ord + Clone, V: Clone> DenseMap<K, V> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -116,15 +131,19 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.chunks.range::<Q, _>((Bound::Unbounded, Bound::Included(key))).next_back().map(|(_, c)| c)
+        self.chunks.range::<Q, _>((Bound::Unbounded, Bound::Included(key))).next_back().map(|(_, c)| &**c)
     }
 
+    /// The chunk that holds `key`, copied first if a clone shares it.
     fn chunk_of_mut<Q>(&mut self, key: &Q) -> Option<&mut Chunk<K, V>>
     where
         K: Borrow<Q>,
         Q: Ord + ?Sized,
     {
-        self.chunks.range_mut::<Q, _>((Bound::Unbounded, Bound::Included(key))).next_back().map(|(_, c)| c)
+        self.chunks
+            .range_mut::<Q, _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+            .map(|(_, c)| Arc::make_mut(c))
     }
 
     pub fn get<Q>(&self, key: &Q) -> Option<&V>
@@ -135,7 +154,9 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
         self.chunk_of(key)?.get(key)
     }
 
-    /// Changes a value in place (never a key, so the chunks stay as they are).
+    /// Changes a value in place (never a key, so the chunks stay as they
+    /// are). The chunk is copied first if a clone shares it, even when the
+    /// key is not there: look it up with `get` first where that is common.
     pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
     where
         K: Borrow<Q>,
@@ -161,13 +182,13 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
                 // Below every chunk (or the map is empty): the first chunk
                 // takes it and is indexed under it from now on.
                 let mut first = self.chunks.pop_first().map(|(_, chunk)| chunk).unwrap_or_default();
-                first.insert(key.clone(), value);
+                Arc::make_mut(&mut first).insert(key.clone(), value);
                 self.chunks.insert(key, first);
                 self.len += 1;
                 return None;
             }
         };
-        let chunk = self.chunks.get_mut(&chunk_key).expect("the chunk just found");
+        let chunk = Arc::make_mut(self.chunks.get_mut(&chunk_key).expect("the chunk just found"));
         let old = chunk.insert(key, value);
         if old.is_none() {
             self.len += 1;
@@ -181,11 +202,11 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
     /// Rebuilds the chunk indexed under `chunk_key` as two full halves.
     fn split(&mut self, chunk_key: K) {
         let chunk = self.chunks.remove(&chunk_key).expect("the chunk to split");
-        let mut left: Vec<(K, V)> = chunk.into_iter().collect();
+        let mut left: Vec<(K, V)> = chunk_into_iter(chunk).collect();
         let right = left.split_off(left.len() / 2);
         let right_key = right[0].0.clone();
-        self.chunks.insert(chunk_key, left.into_iter().collect());
-        self.chunks.insert(right_key, right.into_iter().collect());
+        self.chunks.insert(chunk_key, Arc::new(left.into_iter().collect()));
+        self.chunks.insert(right_key, Arc::new(right.into_iter().collect()));
     }
 
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
@@ -195,7 +216,11 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
     {
         let chunk_key = self.chunk_key_of(key)?.clone();
         let chunk = self.chunks.get_mut::<K>(&chunk_key).expect("the chunk just found");
-        let removed = chunk.remove(key)?;
+        // Not copied for a key that is not there.
+        if !chunk.contains_key(key) {
+            return None;
+        }
+        let removed = Arc::make_mut(chunk).remove(key)?;
         self.len -= 1;
         self.after_remove(chunk_key);
         Some(removed)
@@ -204,7 +229,7 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
     /// Removes and returns the first entry.
     pub fn pop_first(&mut self) -> Option<(K, V)> {
         let mut first = self.chunks.first_entry()?;
-        let popped = first.get_mut().pop_first().expect("no chunk is empty");
+        let popped = Arc::make_mut(first.get_mut()).pop_first().expect("no chunk is empty");
         let chunk_key = first.key().clone();
         self.len -= 1;
         self.after_remove(chunk_key);
@@ -214,7 +239,7 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
     /// Drops the chunk under `chunk_key` if it is now empty, or rebuilds it
     /// together with its left neighbour if it is small and they fit in one.
     fn after_remove(&mut self, chunk_key: K) {
-        let len = self.chunks.get(&chunk_key).map_or(0, BTreeMap::len);
+        let len = self.chunks.get(&chunk_key).map_or(0, |chunk| chunk.len());
         if len == 0 {
             // Its key range joins the chunk before it, which holds no key
             // of it; if it was the first, every key left is above it.
@@ -237,7 +262,7 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
         }
         let left = self.chunks.remove(&left_key).expect("the left neighbour");
         let right = self.chunks.remove(&chunk_key).expect("the small chunk");
-        self.chunks.insert(left_key, left.into_iter().chain(right).collect());
+        self.chunks.insert(left_key, Arc::new(chunk_into_iter(left).chain(chunk_into_iter(right)).collect()));
     }
 
     pub fn first_key_value(&self) -> Option<(&K, &V)> {
@@ -249,7 +274,7 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
     }
 
     pub fn iter(&self) -> Iter<'_, K, V> {
-        self.chunks.values().flat_map(BTreeMap::iter as ChunkIter<'_, K, V>)
+        self.chunks.values().flat_map(chunk_iter as ChunkIter<'_, K, V>)
     }
 
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &K> + Clone {
@@ -261,7 +286,7 @@ impl<K: Ord + Clone, V> DenseMap<K, V> {
     }
 
     pub fn values_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut V> {
-        self.chunks.values_mut().flat_map(BTreeMap::values_mut)
+        self.chunks.values_mut().flat_map(|chunk| Arc::make_mut(chunk).values_mut())
     }
 
     /// The entries whose keys fall in `range`, in order. Panics where
@@ -346,7 +371,7 @@ impl<T: Ord + Clone> DenseSet<T> {
 }
 
 /// `map[&key]`, as on a `BTreeMap`: panics if the key is not there.
-impl<K: Ord + Clone + Borrow<Q>, Q: Ord + ?Sized, V> std::ops::Index<&Q> for DenseMap<K, V> {
+impl<K: Ord + Clone + Borrow<Q>, Q: Ord + ?Sized, V: Clone> std::ops::Index<&Q> for DenseMap<K, V> {
     type Output = V;
     fn index(&self, key: &Q) -> &V {
         self.get(key).expect("no entry found for key")
@@ -355,7 +380,8 @@ impl<K: Ord + Clone + Borrow<Q>, Q: Ord + ?Sized, V> std::ops::Index<&Q> for Den
 
 impl<K: PartialEq, V: PartialEq> PartialEq for DenseMap<K, V> {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && self.chunks.values().flatten().eq(other.chunks.values().flatten())
+        self.len == other.len
+            && self.chunks.values().flat_map(|c| c.iter()).eq(other.chunks.values().flat_map(|c| c.iter()))
     }
 }
 
@@ -367,13 +393,13 @@ impl<T: PartialEq> PartialEq for DenseSet<T> {
 
 impl<K: std::fmt::Debug, V: std::fmt::Debug> std::fmt::Debug for DenseMap<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.chunks.values().flatten()).finish()
+        f.debug_map().entries(self.chunks.values().flat_map(|c| c.iter())).finish()
     }
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for DenseSet<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.map.chunks.values().flat_map(BTreeMap::keys)).finish()
+        f.debug_set().entries(self.map.chunks.values().flat_map(|c| c.keys())).finish()
     }
 }
 
@@ -381,7 +407,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for DenseSet<T> {
 impl<K: Serialize, V: Serialize> Serialize for DenseMap<K, V> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.len))?;
-        for (key, value) in self.chunks.values().flatten() {
+        for (key, value) in self.chunks.values().flat_map(|c| c.iter()) {
             map.serialize_entry(key, value)?;
         }
         map.end()
@@ -392,7 +418,7 @@ impl<K: Serialize, V: Serialize> Serialize for DenseMap<K, V> {
 impl<T: Serialize> Serialize for DenseSet<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut seq = serializer.serialize_seq(Some(self.map.len))?;
-        for value in self.map.chunks.values().flat_map(BTreeMap::keys) {
+        for value in self.map.chunks.values().flat_map(|c| c.keys()) {
             seq.serialize_element(value)?;
         }
         seq.end()
@@ -401,10 +427,10 @@ impl<T: Serialize> Serialize for DenseSet<T> {
 
 /// Decodes what a plain `BTreeMap` encodes, entry by entry into the chunks
 /// (a later duplicate key overwrites, as in the plain map).
-impl<'de, K: Deserialize<'de> + Ord + Clone, V: Deserialize<'de>> Deserialize<'de> for DenseMap<K, V> {
+impl<'de, K: Deserialize<'de> + Ord + Clone, V: Deserialize<'de> + Clone> Deserialize<'de> for DenseMap<K, V> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct MapVisitor<K, V>(std::marker::PhantomData<(K, V)>);
-        impl<'de, K: Deserialize<'de> + Ord + Clone, V: Deserialize<'de>> Visitor<'de> for MapVisitor<K, V> {
+        impl<'de, K: Deserialize<'de> + Ord + Clone, V: Deserialize<'de> + Clone> Visitor<'de> for MapVisitor<K, V> {
             type Value = DenseMap<K, V>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a map")
@@ -442,7 +468,7 @@ impl<'de, T: Deserialize<'de> + Ord + Clone> Deserialize<'de> for DenseSet<T> {
     }
 }
 
-impl<K: Ord + Clone, V> FromIterator<(K, V)> for DenseMap<K, V> {
+impl<K: Ord + Clone, V: Clone> FromIterator<(K, V)> for DenseMap<K, V> {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         let mut map = Self::new();
         for (key, value) in iter {
@@ -458,7 +484,7 @@ impl<T: Ord + Clone> FromIterator<T> for DenseSet<T> {
     }
 }
 
-impl<'a, K: Ord + Clone, V> IntoIterator for &'a DenseMap<K, V> {
+impl<'a, K: Ord + Clone, V: Clone> IntoIterator for &'a DenseMap<K, V> {
     type Item = (&'a K, &'a V);
     type IntoIter = Iter<'a, K, V>;
     fn into_iter(self) -> Self::IntoIter {
@@ -466,15 +492,15 @@ impl<'a, K: Ord + Clone, V> IntoIterator for &'a DenseMap<K, V> {
     }
 }
 
-impl<K, V> IntoIterator for DenseMap<K, V> {
+impl<K: Clone, V: Clone> IntoIterator for DenseMap<K, V> {
     type Item = (K, V);
     type IntoIter = IntoIter<K, V>;
     fn into_iter(self) -> Self::IntoIter {
-        self.chunks.into_values().flat_map(BTreeMap::into_iter as ChunkIntoIter<K, V>)
+        self.chunks.into_values().flat_map(chunk_into_iter as ChunkIntoIter<K, V>)
     }
 }
 
-impl<T> IntoIterator for DenseSet<T> {
+impl<T: Clone> IntoIterator for DenseSet<T> {
     type Item = T;
     type IntoIter = std::iter::Map<IntoIter<T, ()>, fn((T, ())) -> T>;
     fn into_iter(self) -> Self::IntoIter {
@@ -496,7 +522,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     /// Checks every invariant of the chunks and returns their lengths.
-    fn chunk_lens<K: Ord + Clone + std::fmt::Debug, V>(map: &DenseMap<K, V>) -> Vec<usize> {
+    fn chunk_lens<K: Ord + Clone + std::fmt::Debug, V: Clone>(map: &DenseMap<K, V>) -> Vec<usize> {
         let keys: Vec<&K> = map.chunks.keys().collect();
         for (at, (chunk_key, chunk)) in map.chunks.iter().enumerate() {
             assert!(!chunk.is_empty(), "chunk {at} is empty");
@@ -505,7 +531,7 @@ mod tests {
                 assert!(chunk.keys().next_back().expect("not empty") < *next, "chunk {at} holds a key of the next");
             }
         }
-        let lens: Vec<usize> = map.chunks.values().map(BTreeMap::len).collect();
+        let lens: Vec<usize> = map.chunks.values().map(|chunk| chunk.len()).collect();
         assert_eq!(lens.iter().sum::<usize>(), map.len(), "len is the sum of the chunks");
         lens
     }
@@ -598,6 +624,34 @@ mod tests {
         assert!(map.is_empty() && map.chunks.is_empty());
         map.insert(3, ());
         assert_eq!(chunk_lens(&map), vec![1]);
+    }
+
+    #[test]
+    fn a_clone_shares_its_chunks_and_a_change_copies_only_the_chunk_it_lands_in() {
+        let mut map: DenseMap<u64, u64> = (0..50_000).map(|n| (n, n)).collect();
+        let snapshot = map.clone();
+        let shared = |map: &DenseMap<u64, u64>, snapshot: &DenseMap<u64, u64>| {
+            map.chunks.values().zip(snapshot.chunks.values()).filter(|(a, b)| Arc::ptr_eq(a, b)).count()
+        };
+        let chunks = map.chunks.len();
+        assert_eq!(shared(&map, &snapshot), chunks, "a clone copies no chunk");
+
+        map.insert(50_000, 0); // the last chunk
+        *map.get_mut(&10).expect("there") += 1; // the first
+        assert_eq!(map.remove(&20_000), Some(20_000)); // one in the middle
+        assert_eq!(map.remove(&123_456), None); // none: nothing copied
+        assert_eq!(shared(&map, &snapshot), chunks - 3, "only the three chunks changed were copied");
+
+        map.pop_first();
+        for value in map.values_mut() {
+            *value += 1;
+        }
+        assert_eq!(shared(&map, &snapshot), 0);
+        assert!(snapshot.iter().map(|(k, v)| (*k, *v)).eq((0..50_000).map(|n| (n, n))), "the clone saw none of it");
+        assert_eq!(map.get(&0), None, "popped");
+        assert_eq!((map.get(&10), map.get(&11)), (Some(&12), Some(&12)));
+        chunk_lens(&map);
+        chunk_lens(&snapshot);
     }
 
     #[test]

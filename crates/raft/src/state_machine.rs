@@ -18,7 +18,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
 use crate::disk::Disk;
-use crate::snapshot::{SnapshotStore, WrittenSnapshot, decode_payload, stored_is_newer, write_snapshot};
+use crate::snapshot::{SnapshotStore, decode_payload, stored_is_newer, write_snapshot};
 use crate::state_handle::{Applied, StateHandle, assert_no_read_held, lock_address};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
@@ -68,9 +68,10 @@ pub struct StateMachineStore {
     /// Bytes of the current snapshot (0 before the first); read by
     /// [`crate::log_size::snapshot_when_log_grows`].
     snapshot_bytes: Arc<AtomicU64>,
-    /// Held by a snapshot build for as long as it reads the whole state (a
-    /// second or more for a million pending deliveries), and taken by every
-    /// apply and install before the state's write lock. An apply waiting
+    /// Held by a snapshot build while it clones the state (a moment: the
+    /// clone shares the state's chunks; it used to be held for the whole
+    /// encoding, a second or more for a million pending deliveries), and
+    /// taken by every apply and install before the state's write lock. An apply waiting
     /// here gives its worker thread back to the runtime; waiting at the
     /// write lock would hold the thread and, since the lock prefers
     /// writers, make every reader of the node (HTTP handlers, endpoint
@@ -165,41 +166,52 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    /// Encodes the state straight into the snapshot file under the state's
-    /// read lock, then makes the file current, durably, before returning.
-    /// The encoding runs on a blocking thread (for a file on disk) and holds
-    /// the snapshot gate, so applies wait without blocking a worker and
-    /// readers go on reading meanwhile. The snapshot is never held in memory
-    /// whole (it is as large as the state). The returned snapshot carries no
-    /// bytes: openraft 0.9 keeps only its metadata, and serves followers
-    /// from [`RaftStateMachine::get_current_snapshot`], which reads the file.
+    /// Clones the state under its read lock, then encodes the clone
+    /// straight into the snapshot file and makes the file current, durably,
+    /// before returning. The clone shares the state's chunks (see
+    /// `hookraft_core::dense`), so it takes a moment whatever the state's
+    /// size, and applies wait only for that moment: an apply during the
+    /// encoding copies the one chunk it changes. The encoding runs on a
+    /// blocking thread (for a file on disk). The snapshot is never held in
+    /// memory whole (it is as large as the state). The returned snapshot
+    /// carries no bytes: openraft 0.9 keeps only its metadata, and serves
+    /// followers from [`RaftStateMachine::get_current_snapshot`], which
+    /// reads the file.
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let started = tokio::time::Instant::now();
         let save = self.snapshots.begin_save().await;
         let gate = self.snapshot_gate.clone().lock_owned().await;
         let waited = started.elapsed();
         let file = save.begin_file().map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
-        let (applied, stored) = (self.applied.clone(), save.stored_index());
+        let stored = save.stored_index();
         let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
-        // Reading the state can fail (a poisoned lock) before there is
-        // metadata to name; writing the file fails with the metadata known.
-        let encode = move || -> Result<(SnapshotMeta, Result<Option<WrittenSnapshot>, Error>), Error> {
-            let applied = applied.read().map_err(|_| poisoned())?;
+        let (meta, state) = {
+            let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,
                 last_membership: applied.last_membership.clone(),
                 snapshot_id: snapshot_id(applied.last_applied, counter),
             };
-            if stored_is_newer(stored, &applied.last_applied) {
-                return Ok((meta, Ok(None)));
-            }
-            let written = write_snapshot(file, &meta, &applied.last_membership, &applied.state);
-            Ok((meta, written.map(Some)))
+            (meta, applied.state.clone())
         };
-        let (meta, written) = self.snapshots.off_runtime(encode).await.map_err(state_error(ErrorVerb::Read))?;
-        let written = written.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
         drop(gate);
-        let encoded = started.elapsed();
+        let cloned = started.elapsed();
+        let written = if stored_is_newer(stored, &meta.last_log_id) {
+            None
+        } else {
+            let encoding = meta.clone();
+            let written = self
+                .snapshots
+                .off_runtime(move || {
+                    let written = write_snapshot(file, &encoding, &encoding.last_membership, &state);
+                    // Frees, on this thread, the chunks applies replaced meanwhile.
+                    drop(state);
+                    Ok(written)
+                })
+                .await
+                .map_err(state_error(ErrorVerb::Read))?;
+            Some(written.map_err(snapshot_error(&meta, ErrorVerb::Write))?)
+        };
         let Some(written) = written else {
             tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
             return Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) });
@@ -210,7 +222,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             snapshot = %meta,
             bytes,
             gate_wait_ms = waited.as_millis() as u64,
-            applies_held_ms = (encoded - waited).as_millis() as u64,
+            applies_held_ms = (cloned - waited).as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "snapshot built"
         );
@@ -403,7 +415,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn while_a_snapshot_is_written_readers_and_the_runtime_go_on_and_applies_wait_for_it() {
+    async fn while_a_snapshot_is_written_applies_readers_and_the_runtime_go_on() {
         let (writing_tx, writing) = std::sync::mpsc::channel();
         let (release, release_rx) = std::sync::mpsc::channel();
         let disk = SlowSnapshotDisk {
@@ -423,17 +435,20 @@ mod tests {
         let command = Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] };
         let entry = Entry { log_id, payload: EntryPayload::Normal(command.into()) };
         let mut applier = store.clone();
-        let applying = tokio::spawn(async move { applier.apply(vec![entry]).await });
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        assert!(!applying.is_finished(), "the apply waits until the snapshot has read the state");
+        let applied = tokio::time::timeout(std::time::Duration::from_secs(5), applier.apply(vec![entry]))
+            .await
+            .expect("the apply does not wait for the snapshot's file")
+            .expect("applies");
+        assert_eq!(applied.len(), 1);
+        assert_eq!(handle.read().shards[3].owner, Some(9));
 
         let reader = handle.clone();
         let (read_tx, read) = std::sync::mpsc::channel();
         std::thread::spawn(move || read_tx.send(reader.read().last_applied()));
         assert_eq!(
             read.recv_timeout(std::time::Duration::from_secs(5)),
-            Ok(None),
-            "a reader is not held up behind the waiting apply"
+            Ok(Some(log_id)),
+            "a reader sees the apply at once"
         );
         let other_task = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::spawn(async { 7 }));
         assert_eq!(
@@ -445,8 +460,12 @@ mod tests {
         release.send(()).expect("the writer waits");
         let snapshot = building.await.expect("joins").expect("the snapshot is built");
         assert_eq!(snapshot.meta.last_log_id, None, "the snapshot holds the state from before the apply");
-        let responses = applying.await.expect("joins").expect("applies");
-        assert_eq!(responses.len(), 1);
-        assert_eq!(handle.read().last_applied(), Some(log_id));
+        let mut reader = store.clone();
+        let current = reader.get_current_snapshot().await.expect("reads").expect("a snapshot is stored");
+        let (last_applied, _, state) =
+            decode_payload(&current.meta, current.snapshot.get_ref()).expect("the file decodes");
+        assert_eq!(last_applied, None);
+        assert_eq!(state.shards[3].owner, None, "the apply made during the encoding is not in the file");
+        assert_eq!(handle.read().shards[3].owner, Some(9), "nor did the encoding undo it");
     }
 }

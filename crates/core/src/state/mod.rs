@@ -29,11 +29,14 @@ pub struct ClusterState {
     /// entries, and the slack of a node of boxes is a pointer's, not a
     /// record's. Their ids arrive in ascending order, so the maps are kept
     /// dense (`crate::dense`). Both encode as plain maps of records, so the
-    /// snapshot format is unchanged.
+    /// snapshot format is unchanged. Every collection that grows with the
+    /// events is a dense one, whose clone shares its chunks: a snapshot
+    /// clones the state in a moment (`ClusterState::clone`).
     pub events: DenseMap<EventId, Box<Event>>,
     pub deliveries: DenseMap<DeliveryId, Box<Delivery>>,
-    /// Idempotency key → the event it created.
-    pub idempotency: BTreeMap<Box<str>, EventId>,
+    /// Idempotency key → the event it created. Keys arrive in any order,
+    /// so its chunks fill as std's B-tree does; it is dense for its clone.
+    pub idempotency: DenseMap<Box<str>, EventId>,
     /// Non-terminal deliveries of each endpoint: what its actor must work on.
     pub active: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
     pub nodes: BTreeMap<NodeId, NodeRecord>,
@@ -51,7 +54,7 @@ impl Default for ClusterState {
             endpoints: BTreeMap::new(),
             events: DenseMap::new(),
             deliveries: DenseMap::new(),
-            idempotency: BTreeMap::new(),
+            idempotency: DenseMap::new(),
             active: BTreeMap::new(),
             nodes: BTreeMap::new(),
             shards: vec![
