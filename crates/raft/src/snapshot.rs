@@ -101,6 +101,10 @@ fn split_file(mut contents: Vec<u8>) -> Result<StoredSnapshot, Error> {
 /// A stored snapshot: its metadata and its payload.
 pub(crate) type StoredSnapshot = (SnapshotMeta, Vec<u8>);
 
+/// The nice value of a snapshot's encoding thread (0 is the default, 19 the
+/// lowest priority).
+pub const BACKGROUND_NICE: i32 = 10;
+
 /// The durable home of the current snapshot. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SnapshotStore {
@@ -137,6 +141,33 @@ impl SnapshotStore {
         } else {
             work()
         }
+    }
+
+    /// Like [`Self::off_runtime`], but on a thread of its own at a lower
+    /// priority ([`BACKGROUND_NICE`]): a snapshot's encoding, which nothing
+    /// waits for but the next snapshot, so that it takes the cores only
+    /// when ingest and deliveries leave them. A thread of its own, because
+    /// an unprivileged process cannot raise a thread's priority again, and
+    /// the runtime's blocking threads are reused.
+    pub(crate) async fn in_background<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        if !self.file.blocks() {
+            return work();
+        }
+        let (done, result) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("hookraft-snapshot".into())
+            .spawn(move || {
+                let thread = rustix::thread::gettid();
+                if let Err(error) = rustix::process::setpriority_process(Some(thread), BACKGROUND_NICE) {
+                    tracing::debug!(%error, "could not lower the snapshot thread's priority");
+                }
+                let _ = done.send(work());
+            })
+            .map_err(|e| Error::Corrupt(format!("cannot start the snapshot thread: {e}")))?;
+        result.await.unwrap_or_else(|_| Err(Error::Corrupt("the snapshot thread failed".into())))
     }
 
     /// The current snapshot's metadata and payload, if one was saved.
@@ -305,6 +336,25 @@ mod tests {
             last_membership: StoredMembership::default(),
             snapshot_id: format!("1-{index}-1"),
         }
+    }
+
+    #[tokio::test]
+    async fn background_work_runs_on_a_thread_of_lower_priority_and_leaves_the_callers_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = crate::SledDisk::open(dir.path()).expect("opens");
+        let (store, _) = SnapshotStore::open(&disk).expect("opens");
+        let priority = || rustix::process::getpriority_process(Some(rustix::thread::gettid())).expect("priority");
+        let outer = priority();
+        let (inner, thread) = store
+            .in_background(move || Ok((priority(), std::thread::current().name().map(str::to_owned))))
+            .await
+            .expect("runs");
+        assert_eq!(thread.as_deref(), Some("hookraft-snapshot"));
+        // Lowering a priority is refused only to one already lower still.
+        assert!(inner == BACKGROUND_NICE || (inner == outer && outer > BACKGROUND_NICE), "{inner} from {outer}");
+        assert_eq!(priority(), outer, "the calling thread keeps its priority");
+        let failed: Result<(), Error> = store.in_background(|| Err(Error::Corrupt("boom".into()))).await;
+        assert!(matches!(failed, Err(Error::Corrupt(detail)) if detail == "boom"), "an error comes back as it was");
     }
 
     #[tokio::test]

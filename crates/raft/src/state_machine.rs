@@ -202,7 +202,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let encoding = meta.clone();
             let written = self
                 .snapshots
-                .off_runtime(move || {
+                .in_background(move || {
                     let written = write_snapshot(file, &encoding, &encoding.last_membership, &state);
                     // Frees, on this thread, the chunks applies replaced meanwhile.
                     drop(state);
