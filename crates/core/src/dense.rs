@@ -183,8 +183,12 @@ impl<K: Ord + Clone, V: Clone> DenseMap<K, V> {
                 // takes it and is indexed under it from now on.
                 let mut first = self.chunks.pop_first().map(|(_, chunk)| chunk).unwrap_or_default();
                 Arc::make_mut(&mut first).insert(key.clone(), value);
-                self.chunks.insert(key, first);
+                let full = first.len() >= CHUNK_SPLIT_LEN;
+                self.chunks.insert(key.clone(), first);
                 self.len += 1;
+                if full {
+                    self.split(key);
+                }
                 return None;
             }
         };
@@ -652,6 +656,14 @@ mod tests {
         assert_eq!((map.get(&10), map.get(&11)), (Some(&12), Some(&12)));
         chunk_lens(&map);
         chunk_lens(&snapshot);
+    }
+
+    #[test]
+    fn descending_inserts_split_the_first_chunk_too() {
+        let map: DenseMap<u64, u64> = (0..50_000).rev().map(|n| (n, n)).collect();
+        let lens = chunk_lens(&map);
+        assert!(lens.iter().all(|&len| len < CHUNK_SPLIT_LEN), "{lens:?}");
+        assert!(map.iter().map(|(k, _)| *k).eq(0..50_000));
     }
 
     #[test]
