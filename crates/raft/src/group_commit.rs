@@ -279,18 +279,13 @@ mod tests {
         // sled's IO threads drop their handles on the database just after
         // they report a write done, so the file lock may outlive `db` by a
         // moment.
-        let mut attempts = 0;
-        let reopened = loop {
-            match sled::Config::new().path(dir.path()).open() {
-                Ok(db) => break db,
-                Err(error) if attempts < 100 => {
-                    attempts += 1;
-                    eprintln!("reopen attempt {attempts}: {error}");
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                Err(error) => panic!("the database did not reopen within 5 s: {error}"),
-            }
-        };
+        let reopened = crate::disk::open_when_released(
+            dir.path(),
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_millis(50),
+            || sled::Config::new().path(dir.path()).open(),
+        )
+        .expect("the database reopens within 5 s");
         assert_eq!(reopened.len(), 200);
     }
 }

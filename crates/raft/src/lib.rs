@@ -55,6 +55,7 @@ mod state_handle;
 pub mod state_machine;
 
 mod codec;
+mod dir_file;
 mod group_commit;
 mod snapshot;
 

@@ -395,14 +395,14 @@ async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fle
         let accepted = progress.accepted.load(Ordering::Relaxed);
         let received = fleet.received.load(Ordering::Relaxed);
         let recent = progress.take_recent_latencies();
-        let max_ms = |q: f64| report::quantile(&recent, q) as f64 / 1000.0;
+        let ms_at = |q: f64| report::quantile(&recent, q) as f64 / 1000.0;
         eprintln!(
             "  t={:>5.1}s accepted {accepted} (+{}/s, request p50 {:.1} p99 {:.1} max {:.1} ms), delivered {received} (+{}/s), not accepted {}",
             origin.elapsed().as_secs_f64(),
             accepted - last_accepted,
-            max_ms(0.5),
-            max_ms(0.99),
-            max_ms(1.0),
+            ms_at(0.5),
+            ms_at(0.99),
+            ms_at(1.0),
             received.saturating_sub(last_received),
             progress.failed.load(Ordering::Relaxed),
         );
