@@ -85,6 +85,11 @@ pub trait KvTree: Send + Sync {
     /// The durability point: once this resolves, every write made before the
     /// call, to any tree of this disk, survives a crash.
     fn flush(&self) -> FlushFuture<'_>;
+
+    /// Whether its writes can hold a thread for long (a tree on a disk), as
+    /// [`FileSlot::blocks`]: then long runs of them that nothing waits for
+    /// belong on a thread of their own. A tree in memory answers false.
+    fn blocks(&self) -> bool;
 }
 
 /// One file of a [`Disk`], always read and written whole.
@@ -325,6 +330,10 @@ impl KvTree for SledTree {
         // all of them, as the trait promises. Never sled's `flush_async`: see
         // `group_commit` for the hang it has.
         Box::pin(self.group_commit.flush())
+    }
+
+    fn blocks(&self) -> bool {
+        true
     }
 }
 

@@ -30,6 +30,8 @@
 //! - [`rpc`]: the wire protocol both ends of node-to-node RPC share: paths,
 //!   the secret header, and the reply enums ([`RaftReply`], [`ProposeReply`]).
 //! - [`error`]: [`Error`], this crate's one error enum.
+//! - [`background`]: threads for work nothing waits for soon (a snapshot's
+//!   encoding, a purge's removal), under `SCHED_IDLE`.
 //! - `codec` (private): the bincode encoding of everything this crate persists.
 //! - `group_commit` (private): sled's flushes, one at a time and shared by
 //!   every caller waiting (never sled's `flush_async`, which can hang).
@@ -54,6 +56,7 @@ pub mod runtime;
 mod state_handle;
 pub mod state_machine;
 
+pub mod background;
 mod codec;
 mod dir_file;
 mod group_commit;

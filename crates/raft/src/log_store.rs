@@ -27,11 +27,12 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 
+use crate::background::{self, Pace};
 use crate::codec::{decode, encode};
 use crate::disk::{Batch, Disk, KvTree};
 use crate::log_size::LogSizeWatch;
@@ -46,9 +47,15 @@ pub const LOG_FORMAT_VERSION: u32 = 1;
 /// a replication read never loads an unbounded slice of the log.
 pub const LOG_READ_ENTRIES_MAX: usize = 1024;
 
-/// Entries removed per batch by a purge's background removal; the task
-/// yields between two batches, so appends and reads go on meanwhile.
+/// Entries removed per batch by a purge's removal in memory, and when a
+/// store opens; appends and reads go on between two batches.
 pub const PURGE_BATCH_ENTRIES: u64 = 256;
+
+/// Entries removed per batch by a purge's removal on a disk that blocks,
+/// paced between batches ([`crate::background::Pace`]): a batch of 256 took
+/// 1–12 ms, and a background thread's longer bursts showed in the node's
+/// p99 even at a low priority (design note 38).
+pub const PACED_PURGE_BATCH_ENTRIES: u64 = 32;
 
 const LOG_TREE: &str = "raft_log";
 const META_TREE: &str = "raft_meta";
@@ -72,21 +79,39 @@ pub struct LogStore {
     first_readable: Arc<AtomicU64>,
     /// Every stored entry's encoded size; see [`crate::log_size`].
     sizes: LogSizeWatch,
+    /// The thread removing the last purge's entries from a disk that
+    /// blocks, which the next one waits for, so removals stay in log order.
+    removal: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The old name of [`LogStore`], from when it only ran on sled.
 pub type SledLogStore = LogStore;
 
 /// Removals of the entries `first..=last`, oldest first, in batches of
-/// [`PURGE_BATCH_ENTRIES`].
-fn purge_batches(first: u64, last: u64) -> impl Iterator<Item = Batch> {
-    (first..=last).step_by(PURGE_BATCH_ENTRIES as usize).map(move |from| {
+/// `per_batch`.
+fn purge_batches(first: u64, last: u64, per_batch: u64) -> impl Iterator<Item = Batch> {
+    (first..=last).step_by(per_batch as usize).map(move |from| {
         let mut batch = Batch::default();
-        for index in from..=last.min(from.saturating_add(PURGE_BATCH_ENTRIES - 1)) {
+        for index in from..=last.min(from.saturating_add(per_batch - 1)) {
             batch.remove(&log_key(index));
         }
         batch
     })
+}
+
+/// Applies one batch of a purge's removal of `span`; false when the removal
+/// is to stop: the store was dropped, or the disk failed (then what is left
+/// is removed when the store opens again).
+fn remove_purged_batch(log: &Weak<dyn KvTree>, batch: Batch, span: (u64, u64)) -> bool {
+    let Some(tree) = log.upgrade() else { return false };
+    match tree.apply_batch(batch) {
+        Ok(()) => true,
+        Err(error) => {
+            let (first, last) = span;
+            tracing::warn!(%error, first, last, "removing purged log entries failed; the next start removes them");
+            false
+        }
+    }
 }
 
 fn log_key(index: u64) -> [u8; 8] {
@@ -128,6 +153,7 @@ impl LogStore {
             recent: Arc::default(),
             first_readable: Arc::default(),
             sizes: LogSizeWatch::default(),
+            removal: Arc::default(),
         };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
@@ -154,7 +180,7 @@ impl LogStore {
             // not durable yet) go now; the next flush makes that durable.
             if let Some((first, last)) = store.forget_through(purged.index) {
                 tracing::info!(first, last, "removing log entries a purge left behind");
-                for batch in purge_batches(first, last) {
+                for batch in purge_batches(first, last, PURGE_BATCH_ENTRIES) {
                     store.log.apply_batch(batch)?;
                 }
             }
@@ -282,7 +308,7 @@ impl LogStore {
     }
 
     /// Removes the entries `first..=last` from the disk, oldest first, in
-    /// batches of [`PURGE_BATCH_ENTRIES`], yielding between two.
+    /// batches, after this returns.
     ///
     /// A purge used to remove its entries before it returned, inside
     /// openraft's core task: after each snapshot the core stopped, and with
@@ -295,19 +321,49 @@ impl LogStore {
     /// log free of holes. Not flushed: the next append's flush makes the
     /// removal durable.
     ///
-    /// The task holds the tree only while it removes a batch: a store that
+    /// On a disk that blocks, the removal runs on a thread of its own at a
+    /// lower priority, paced, after the previous purge's
+    /// ([`crate::background`]): on a runtime worker its batches of
+    /// [`PURGE_BATCH_ENTRIES`] took 1–12 ms each, about 0.2 s of a worker per
+    /// snapshot, while ingest waited (design note 38). In memory it is a task
+    /// that yields between two batches, which keeps a simulation on its one
+    /// thread.
+    ///
+    /// The removal holds the tree only while it removes a batch: a store that
     /// is dropped (a node shutting down) is not kept open by it, and what it
     /// did not remove yet is removed when the store opens again.
-    async fn remove_purged(log: Weak<dyn KvTree>, first: u64, last: u64) {
-        for batch in purge_batches(first, last) {
-            let Some(tree) = log.upgrade() else { return };
-            let removed = tree.apply_batch(batch);
-            drop(tree);
-            if let Err(error) = removed {
-                tracing::warn!(%error, first, last, "removing purged log entries failed; the next start removes them");
-                return;
+    fn remove_purged(&self, first: u64, last: u64) {
+        let log = Arc::downgrade(&self.log);
+        if !self.log.blocks() {
+            tokio::spawn(async move {
+                for batch in purge_batches(first, last, PURGE_BATCH_ENTRIES) {
+                    if !remove_purged_batch(&log, batch, (first, last)) {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            });
+            return;
+        }
+        let mut removal = self.removal.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = removal.take();
+        let started = background::spawn("hookraft-purge", move || {
+            if let Some(previous) = previous {
+                let _ = previous.join();
             }
-            tokio::task::yield_now().await;
+            let mut pace = Pace::on();
+            for batch in purge_batches(first, last, PACED_PURGE_BATCH_ENTRIES) {
+                if !remove_purged_batch(&log, batch, (first, last)) {
+                    return;
+                }
+                pace.breathe();
+            }
+        });
+        match started {
+            Ok(thread) => *removal = Some(thread),
+            Err(error) => {
+                tracing::warn!(%error, first, last, "cannot remove purged log entries; the next start removes them")
+            }
         }
     }
 
@@ -425,7 +481,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.flush().await.map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Write))?;
         self.first_readable.fetch_max(log_id.index.saturating_add(1), Ordering::SeqCst);
         if let Some((first, last)) = self.forget_through(log_id.index) {
-            tokio::spawn(Self::remove_purged(Arc::downgrade(&self.log), first, last));
+            self.remove_purged(first, last);
         }
         Ok(())
     }

@@ -313,6 +313,10 @@ impl KvTree for MemTree {
             Ok(())
         })
     }
+
+    fn blocks(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::background::{self, Pace};
 use crate::codec::{decode, encode, encode_into};
 use crate::disk::{Batch, Disk, FileSlot, KvTree, NewFile};
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
@@ -101,10 +102,6 @@ fn split_file(mut contents: Vec<u8>) -> Result<StoredSnapshot, Error> {
 /// A stored snapshot: its metadata and its payload.
 pub(crate) type StoredSnapshot = (SnapshotMeta, Vec<u8>);
 
-/// The nice value of a snapshot's encoding thread (0 is the default, 19 the
-/// lowest priority).
-pub const BACKGROUND_NICE: i32 = 10;
-
 /// The durable home of the current snapshot. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SnapshotStore {
@@ -144,30 +141,17 @@ impl SnapshotStore {
     }
 
     /// Like [`Self::off_runtime`], but on a thread of its own at a lower
-    /// priority ([`BACKGROUND_NICE`]): a snapshot's encoding, which nothing
-    /// waits for but the next snapshot, so that it takes the cores only
-    /// when ingest and deliveries leave them. A thread of its own, because
-    /// an unprivileged process cannot raise a thread's priority again, and
-    /// the runtime's blocking threads are reused.
+    /// priority, handed a [`Pace`] that rests ([`crate::background`]): a
+    /// snapshot's encoding, which nothing waits for but the next snapshot.
+    /// In memory `work` runs in place, with a pace that never rests.
     pub(crate) async fn in_background<T: Send + 'static>(
         &self,
-        work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+        work: impl FnOnce(Pace) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         if !self.file.blocks() {
-            return work();
+            return work(Pace::off());
         }
-        let (done, result) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("hookraft-snapshot".into())
-            .spawn(move || {
-                let thread = rustix::thread::gettid();
-                if let Err(error) = rustix::process::setpriority_process(Some(thread), BACKGROUND_NICE) {
-                    tracing::debug!(%error, "could not lower the snapshot thread's priority");
-                }
-                let _ = done.send(work());
-            })
-            .map_err(|e| Error::Corrupt(format!("cannot start the snapshot thread: {e}")))?;
-        result.await.unwrap_or_else(|_| Err(Error::Corrupt("the snapshot thread failed".into())))
+        background::run("hookraft-snapshot", move || work(Pace::on())).await
     }
 
     /// The current snapshot's metadata and payload, if one was saved.
@@ -285,13 +269,47 @@ pub(crate) fn write_snapshot(
     meta: &SnapshotMeta,
     last_membership: &StoredMembership,
     state: &ClusterState,
+    pace: &mut Pace,
 ) -> Result<WrittenSnapshot, Error> {
     let last_applied = &meta.last_log_id;
     let payload = SnapshotPayloadRef::V1 { last_applied, last_membership, state };
-    let payload_bytes = encode_into("snapshot", &payload, &mut *file)? as u64;
+    let payload_bytes = encode_into("snapshot", &payload, &mut PacedWriter::new(&mut *file, pace))? as u64;
     let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
     std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
     Ok(WrittenSnapshot { file, index: index_of(meta), payload_bytes })
+}
+
+/// Bytes written between two calls of [`Pace::breathe`]: about 0.2 ms of
+/// encoding, below [`crate::background::PACE_SLICE`].
+const PACE_EVERY_BYTES: usize = 16 << 10;
+
+/// A writer that lets its thread rest, by its [`Pace`], as it writes.
+struct PacedWriter<'a> {
+    inner: &'a mut dyn std::io::Write,
+    pace: &'a mut Pace,
+    since_breath: usize,
+}
+
+impl<'a> PacedWriter<'a> {
+    fn new(inner: &'a mut dyn std::io::Write, pace: &'a mut Pace) -> Self {
+        Self { inner, pace, since_breath: 0 }
+    }
+}
+
+impl std::io::Write for PacedWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(bytes)?;
+        self.since_breath += written;
+        if self.since_breath >= PACE_EVERY_BYTES {
+            self.since_breath = 0;
+            self.pace.breathe();
+        }
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 fn index_of(meta: &SnapshotMeta) -> Option<u64> {
@@ -338,23 +356,45 @@ mod tests {
         }
     }
 
+    /// A slow file: each write takes a millisecond.
+    struct SlowFile(Vec<u8>);
+
+    impl std::io::Write for SlowFile {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            self.0.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_paced_writer_passes_every_byte_and_rests_only_when_its_pace_does() {
+        let bytes: Vec<u8> = (0..(PACE_EVERY_BYTES * 4)).map(|i| i as u8).collect();
+        for (mut pace, rests) in [(Pace::on(), true), (Pace::off(), false)] {
+            let mut file = SlowFile(Vec::new());
+            let mut writer = PacedWriter::new(&mut file, &mut pace);
+            for piece in bytes.chunks(PACE_EVERY_BYTES / 2) {
+                std::io::Write::write_all(&mut writer, piece).expect("writes");
+            }
+            assert_eq!(file.0, bytes);
+            assert_eq!(pace.rested() > std::time::Duration::ZERO, rests, "{pace:?}");
+        }
+    }
+
     #[tokio::test]
-    async fn background_work_runs_on_a_thread_of_lower_priority_and_leaves_the_callers_alone() {
+    async fn background_work_on_a_disk_runs_on_the_snapshot_thread_and_in_memory_in_place() {
         let dir = tempfile::tempdir().expect("tempdir");
         let disk = crate::SledDisk::open(dir.path()).expect("opens");
         let (store, _) = SnapshotStore::open(&disk).expect("opens");
-        let priority = || rustix::process::getpriority_process(Some(rustix::thread::gettid())).expect("priority");
-        let outer = priority();
-        let (inner, thread) = store
-            .in_background(move || Ok((priority(), std::thread::current().name().map(str::to_owned))))
-            .await
-            .expect("runs");
-        assert_eq!(thread.as_deref(), Some("hookraft-snapshot"));
-        // Lowering a priority is refused only to one already lower still.
-        assert!(inner == BACKGROUND_NICE || (inner == outer && outer > BACKGROUND_NICE), "{inner} from {outer}");
-        assert_eq!(priority(), outer, "the calling thread keeps its priority");
-        let failed: Result<(), Error> = store.in_background(|| Err(Error::Corrupt("boom".into()))).await;
-        assert!(matches!(failed, Err(Error::Corrupt(detail)) if detail == "boom"), "an error comes back as it was");
+        let thread = |_| Ok(std::thread::current().name().map(str::to_owned));
+        assert_eq!(store.in_background(thread).await.expect("runs").as_deref(), Some("hookraft-snapshot"));
+        let (in_memory, _) = SnapshotStore::open(&crate::MemDisk::new()).expect("opens");
+        let caller = std::thread::current().name().map(str::to_owned);
+        assert_eq!(in_memory.in_background(thread).await.expect("runs"), caller);
     }
 
     #[tokio::test]

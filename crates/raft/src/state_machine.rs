@@ -202,17 +202,17 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let encoding = meta.clone();
             let written = self
                 .snapshots
-                .in_background(move || {
-                    let written = write_snapshot(file, &encoding, &encoding.last_membership, &state);
+                .in_background(move |mut pace| {
+                    let written = write_snapshot(file, &encoding, &encoding.last_membership, &state, &mut pace);
                     // Frees, on this thread, the chunks applies replaced meanwhile.
                     drop(state);
-                    Ok(written)
+                    Ok((written, pace.rested()))
                 })
                 .await
                 .map_err(state_error(ErrorVerb::Read))?;
-            Some(written.map_err(snapshot_error(&meta, ErrorVerb::Write))?)
+            Some((written.0.map_err(snapshot_error(&meta, ErrorVerb::Write))?, written.1))
         };
-        let Some(written) = written else {
+        let Some((written, rested)) = written else {
             tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
             return Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) });
         };
@@ -223,6 +223,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             bytes,
             gate_wait_ms = waited.as_millis() as u64,
             applies_held_ms = (cloned - waited).as_millis() as u64,
+            rested_ms = rested.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "snapshot built"
         );

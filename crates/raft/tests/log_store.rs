@@ -3,7 +3,9 @@
 //! a store of another format version is refused.
 
 use hookraft_core::Command;
-use hookraft_raft::{Backend, Disk, Entry, EntryPayload, Error, LogId, LogStore, MemDisk, Vote, open, open_sled};
+use hookraft_raft::{
+    Backend, Disk, Entry, EntryPayload, Error, LogId, LogStore, MemDisk, SledDisk, Vote, open, open_sled,
+};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, RaftLogReader};
 
@@ -193,6 +195,34 @@ async fn purged_entries_are_gone_for_readers_at_once_and_from_the_disk_in_the_ba
     assert_eq!(stored_through(&disk, 950), 0, "the removal is durable");
     let mut store = open_log(&backend);
     assert_eq!(indexes(&store.try_get_log_entries(0..2_000).await.expect("read")), (951..=1_001).collect::<Vec<_>>());
+}
+
+/// On sled the removal runs on a thread of its own, not on the runtime
+/// (design note 38): this test's runtime has one thread, and it never
+/// yields while it waits, yet the entries leave the disk. Two purges in a
+/// row are both removed, and the entries above them stay.
+#[tokio::test]
+async fn on_sled_purged_entries_leave_the_disk_on_a_thread_of_their_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = SledDisk::open(dir.path()).expect("open sled");
+    let mut store = LogStore::open(&disk).expect("open the log");
+    store.blocking_append((0..=3_000).map(|i| entry(1, i))).await.expect("append");
+    store.purge(log_id(1, 1_000)).await.expect("purge");
+    store.purge(log_id(1, 2_500)).await.expect("purge");
+    let tree = disk.open_tree("raft_log").expect("log tree");
+    let below = |index: u64| {
+        let end = index.to_be_bytes();
+        tree.range(std::ops::Bound::Unbounded, std::ops::Bound::Included(&end[..]), usize::MAX).expect("range").len()
+    };
+    for _ in 0..1_000 {
+        if below(2_500) == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(below(2_500), 0, "both purges' entries were removed without the runtime");
+    assert_eq!(below(3_000), 500, "the entries past the purge point stay");
+    assert_eq!(indexes(&store.try_get_log_entries(0..4_000).await.expect("read")), (2_501..=3_000).collect::<Vec<_>>());
 }
 
 /// Purging past the last entry: the last log id is the purge point, never
