@@ -16,6 +16,12 @@
 //!   inserted in id order into a `DenseMap` and into a plain `BTreeMap`:
 //!   what keeping the map dense costs over all.
 //!
+//! - `after_clone/ingest_10_events/{alone,beside_a_clone}`: one
+//!   `IngestEvents` batch of 10 events applied to a state of 24,576 events
+//!   built for the iteration, alone or while a clone of it is alive (as a
+//!   snapshot's encoding holds one): what a first write after the clone
+//!   pays to copy the chunks it changes.
+//!
 //! The `apply` benchmarks run each iteration on a fresh clone of the state
 //! (cloned outside the timing) and report throughput in events or outcomes.
 //!
@@ -189,5 +195,53 @@ fn bench_dense(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_signing, bench_apply, bench_dense);
+/// The first apply after the state was cloned, against the same apply on a
+/// state that shares nothing (both states built outside the timing).
+fn bench_after_clone(c: &mut Criterion) {
+    const EVENTS: usize = 3 * CHUNK_SPLIT_LEN;
+    const BATCH: usize = 10;
+    let build = || {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut state = state_with_endpoints(&mut rng);
+        for batch in 0..EVENTS / INGEST_BATCH {
+            state.apply(&ingest_command(&mut rng, INGEST_BATCH, NOW_MS + batch as u64));
+        }
+        state
+    };
+    let mut rng = StdRng::seed_from_u64(5);
+    let ingest = ingest_command(&mut rng, BATCH, NOW_MS + EVENTS as u64);
+    let mut checked = build();
+    checked.apply(&ingest);
+    assert_eq!(checked.deliveries.len(), EVENTS + BATCH, "every event makes one delivery");
+
+    let mut group = c.benchmark_group("after_clone/ingest_10_events");
+    group.sample_size(20);
+    group.bench_function("alone", |b| {
+        b.iter_batched(
+            build,
+            |mut state| {
+                let response = state.apply(black_box(&ingest));
+                (state, response)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("beside_a_clone", |b| {
+        b.iter_batched(
+            || {
+                let state = build();
+                let clone = state.clone();
+                (state, clone)
+            },
+            |(mut state, clone)| {
+                let response = state.apply(black_box(&ingest));
+                (state, clone, response)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_signing, bench_apply, bench_dense, bench_after_clone);
 criterion_main!(benches);

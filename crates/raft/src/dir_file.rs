@@ -59,7 +59,7 @@ impl DirFile {
 const NEW_FILE_BUFFER_BYTES: usize = 1 << 20;
 
 /// Bytes a streamed replacement writes between syncs of its file.
-const NEW_FILE_SYNC_EVERY_BYTES: u64 = 8 << 20;
+const NEW_FILE_SYNC_EVERY_BYTES: u64 = 1 << 20;
 
 /// A streamed replacement of a [`DirFile`]: its temporary file, buffered.
 ///
@@ -67,9 +67,11 @@ const NEW_FILE_SYNC_EVERY_BYTES: u64 = 8 << 20;
 /// once more on commit. One sync of a whole snapshot (a hundred megabytes
 /// and more) made the log's own syncs wait behind its write-back: every
 /// ingest request stalled for about 200 ms at each snapshot, once the
-/// encoding no longer held applies (DESIGN-NOTES, note 36). (While the
-/// encoding held applies, syncing in pieces made it longer and was left
-/// out: applies held 1.8 → 2.2 s per build on three nodes.)
+/// encoding no longer held applies (DESIGN-NOTES, note 36). Syncs of 8 MiB
+/// still made each of the log's own syncs wait up to 15–26 ms while a
+/// snapshot was written (1–3 ms otherwise); of 1 MiB, 6–17 ms (note 39).
+/// (While the encoding held applies, syncing in pieces made it longer and
+/// was left out: applies held 1.8 → 2.2 s per build on three nodes.)
 struct NewDirFile {
     dir: PathBuf,
     name: String,
@@ -199,8 +201,9 @@ mod tests {
         let disk = SledDisk::open(dir.path()).expect("opens");
         let file = disk.open_file("blob").expect("file");
         let mut new = file.begin_replace().expect("begins");
+        // Pieces that straddle the sync interval, more than two intervals' worth.
         let piece: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
-        let pieces = (NEW_FILE_SYNC_EVERY_BYTES >> 20) * 2 + 3;
+        let pieces = (2 * NEW_FILE_SYNC_EVERY_BYTES).div_ceil(1 << 20) + 3;
         for _ in 0..pieces {
             new.write_all(&piece).expect("writes");
         }
