@@ -260,7 +260,8 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     write_back_dirty_pages().await;
     let deployment = Deployment::start(args.nodes, bin, args.delivery_threads).await;
     let origin = Instant::now();
-    let (fleet, fleet_url) = Fleet::start(origin).await?;
+    let expected_arrivals = (0..events).map(|index| scenario.healthy_targets(index).len()).sum();
+    let (fleet, fleet_url) = Fleet::start(origin, expected_arrivals).await?;
     let specs = scenario.endpoints();
     let registrar = deployment.registrar().await;
     for spec in &specs {
