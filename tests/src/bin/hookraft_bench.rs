@@ -257,10 +257,11 @@ async fn write_back_dirty_pages() {
 async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<Report> {
     let events = args.events.unwrap_or(scenario.default_events());
     eprintln!("== {}: {events} events, {} node(s)", scenario.name(), args.nodes);
+    // Counted before anything starts: a million targets for the backlog.
+    let expected_arrivals = (0..events).map(|index| scenario.healthy_targets(index).len()).sum();
     write_back_dirty_pages().await;
     let deployment = Deployment::start(args.nodes, bin, args.delivery_threads).await;
     let origin = Instant::now();
-    let expected_arrivals = (0..events).map(|index| scenario.healthy_targets(index).len()).sum();
     let (fleet, fleet_url) = Fleet::start(origin, expected_arrivals).await?;
     let specs = scenario.endpoints();
     let registrar = deployment.registrar().await;

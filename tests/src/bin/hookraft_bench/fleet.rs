@@ -38,6 +38,7 @@ pub struct Fleet {
     seen: Mutex<Seen>,
 }
 
+#[derive(Default)]
 struct Seen {
     /// Arrivals per (endpoint index, webhook-id) at `ok` and `down` endpoints.
     per_delivery: HashMap<(u32, Box<str>), u32>,
@@ -61,7 +62,7 @@ impl Fleet {
         let seen = Seen {
             per_delivery: HashMap::with_capacity(expected),
             latencies_us: Vec::with_capacity(expected),
-            last_first_arrival: Duration::ZERO,
+            ..Seen::default()
         };
         let fleet = Arc::new(Fleet {
             origin,
