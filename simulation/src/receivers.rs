@@ -126,7 +126,7 @@ impl Receivers {
         while self.lock().stalled.contains(&request.origin.node_id) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let name = request.url.strip_prefix("http://sim/").unwrap_or("").to_string();
+        let name = request.url.as_str().strip_prefix("http://sim/").unwrap_or("").to_string();
         let now_ms = self.origin.elapsed().as_millis() as u64;
         let (behavior, valid, roll) = {
             let mut inner = self.lock();

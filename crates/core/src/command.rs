@@ -6,6 +6,8 @@
 //! bincode, whose enum encoding is positional: **variants and fields that have
 //! shipped are frozen; add new variants at the end only.**
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
@@ -106,8 +108,9 @@ pub struct EndpointPatch {
 pub struct NewEvent {
     pub id: EventId,
     pub event_type: String,
-    /// Validated JSON text.
-    pub payload: String,
+    /// Validated JSON text, shared with the state once applied (the log
+    /// keeps recent commands in memory, so the state takes the same copy).
+    pub payload: Arc<str>,
     pub idempotency_key: Option<String>,
     /// Explicit targets; `None` fans out by event type.
     pub endpoint_ids: Option<Vec<EndpointId>>,

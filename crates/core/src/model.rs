@@ -5,6 +5,8 @@
 //! types stay plain: no `skip_serializing_if`, no untagged or internally
 //! tagged enums, payloads as raw JSON text. The HTTP API renders its own views.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
@@ -113,14 +115,17 @@ impl Endpoint {
 ///
 /// Held once per pending event for as long as it is pending, so its text
 /// is boxed (`Box<str>` is a `String` without the capacity: 8 bytes less
-/// each, and no slack), and so is its delivery list. Boxes encode as their
-/// content: the log and snapshot formats are those of `String` and `Vec`.
+/// each, and no slack), and so is its delivery list. The payload is shared
+/// instead (`Arc<str>`): the command that proposed it, the state and every
+/// attempt's request body hold the one copy made when the request was read.
+/// Boxes and `Arc`s encode as their content: the log and snapshot formats
+/// are those of `String` and `Vec`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub id: EventId,
     pub event_type: Box<str>,
     /// The JSON payload exactly as the producer sent it; it is the request body.
-    pub payload: Box<str>,
+    pub payload: Arc<str>,
     pub received_at_ms: u64,
     pub idempotency_key: Option<Box<str>>,
     pub deliveries: Box<[DeliveryId]>,

@@ -9,7 +9,7 @@ use hookraft_core::model::{AttemptRecord, Endpoint, RESPONSE_EXCERPT_BYTES_MAX};
 use hookraft_core::retry::{AttemptResult, parse_retry_after};
 use hookraft_core::signing::signature_header;
 
-use crate::transport::{SendError, SendOrigin, WebhookRequest, WebhookResponse};
+use crate::transport::{SendError, SendOrigin, Target, WebhookRequest, WebhookResponse};
 
 /// Everything an attempt needs to know about its delivery.
 #[derive(Debug, Clone)]
@@ -21,14 +21,21 @@ pub struct AttemptPlan {
     pub attempt_number: u32,
 }
 
-/// Builds the signed request for `plan` at wall time `now_ms`, signed with
-/// every secret valid at that time (current first).
-pub fn build_request(endpoint: &Endpoint, plan: &AttemptPlan, now_ms: u64, origin: SendOrigin) -> WebhookRequest {
+/// Builds the signed request for `plan` to `target` (the endpoint's URL,
+/// parsed) at wall time `now_ms`, signed with every secret valid at that
+/// time (current first).
+pub fn build_request(
+    endpoint: &Endpoint,
+    target: Target,
+    plan: &AttemptPlan,
+    now_ms: u64,
+    origin: SendOrigin,
+) -> WebhookRequest {
     let timestamp_s = now_ms / 1_000;
     let secrets = endpoint.signing_secrets(now_ms);
     let signature = signature_header(&secrets, &plan.event_id.as_str(), timestamp_s, plan.payload.as_bytes());
     WebhookRequest {
-        url: endpoint.url.clone(),
+        url: target,
         headers: vec![
             ("content-type", "application/json".into()),
             ("webhook-id", plan.event_id.to_string()),
@@ -131,7 +138,9 @@ mod tests {
             payload: Arc::from("{\"a\":1}"),
             attempt_number: 3,
         };
-        let request = build_request(&endpoint, &plan, now_ms, SendOrigin::default());
+        let target = Target::new(&endpoint.url);
+        let request = build_request(&endpoint, target.clone(), &plan, now_ms, SendOrigin::default());
+        assert_eq!(request.url.as_str(), endpoint.url);
         let header = |name: &str| request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap();
         assert_eq!(header("webhook-id"), event_id.to_string());
         assert_eq!(header("webhook-attempt"), "3");
@@ -150,7 +159,7 @@ mod tests {
             .unwrap();
         }
         // After the grace period only the current secret signs.
-        let later = build_request(&endpoint, &plan, now_ms + 1, SendOrigin::default());
+        let later = build_request(&endpoint, target, &plan, now_ms + 1, SendOrigin::default());
         let later_sig = later.headers.iter().find(|(k, _)| *k == "webhook-signature").unwrap();
         assert_eq!(later_sig.1.split(' ').count(), 1);
     }

@@ -32,7 +32,7 @@ use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request}
 use crate::context::DeliveryContext;
 use crate::metrics::DeliveryMetrics;
 use crate::queue::{DeliveryQueue, QueuedDelivery, Resolution, is_active_for, loaded_due_ms, resolve};
-use crate::transport::{SendError, SendOrigin, WebhookResponse};
+use crate::transport::{SendError, SendOrigin, Target, WebhookResponse};
 
 /// How long to wait before checking a lapsed lease again.
 const LEASE_RECHECK_MS: u64 = 250;
@@ -88,6 +88,9 @@ pub struct EndpointState {
     /// once deleted. Shared, because each message handled and each attempt
     /// finished holds it while the state is borrowed mutably.
     endpoint: Option<Arc<Endpoint>>,
+    /// `endpoint`'s URL, parsed when the settings are loaded (not on every
+    /// attempt).
+    target: Option<Target>,
     queue: DeliveryQueue,
     in_flight: BTreeMap<DeliveryId, InFlight>,
     breaker: CircuitBreaker,
@@ -114,6 +117,7 @@ impl Actor for EndpointActor {
         let seed = ctx.seed ^ u64::from(shard).rotate_left(32) ^ fnv(&endpoint_id.as_str());
         let mut state = EndpointState {
             endpoint: None,
+            target: None,
             queue: DeliveryQueue::default(),
             in_flight: BTreeMap::new(),
             breaker: CircuitBreaker::new(),
@@ -205,6 +209,11 @@ impl EndpointState {
             // The log dead-letters the deliveries of a disabled or deleted endpoint.
             self.queue.clear();
         }
+        self.target = match (endpoint.as_ref(), self.target.take()) {
+            (Some(e), Some(kept)) if kept.as_str() == e.url => Some(kept),
+            (Some(e), _) => Some(Target::new(&e.url)),
+            (None, _) => None,
+        };
         self.endpoint = endpoint;
     }
 
@@ -311,12 +320,13 @@ impl EndpointState {
             AttemptPlan {
                 delivery_id: queued.id,
                 event_id: event.id,
-                payload: Arc::from(&*event.payload),
+                payload: event.payload.clone(),
                 attempt_number: queued.attempt_count + 1,
             }
         };
         let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
-        let request = build_request(endpoint, &plan, now_ms, origin);
+        let target = self.target.clone().unwrap_or_else(|| Target::new(&endpoint.url));
+        let request = build_request(endpoint, target, &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();
         let reply_to = myself.clone();

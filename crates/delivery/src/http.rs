@@ -11,7 +11,7 @@
 //! addresses ([`crate::ssrf::is_forbidden_ip`]) and fails when none is left;
 //! reqwest connects to exactly the addresses it returned, so a name cannot be
 //! re-bound to a private address between check and connect. Literal-IP URLs
-//! skip DNS, so [`crate::ssrf::validate_target_url`] checks every URL before
+//! skip DNS, so [`crate::ssrf::check_target`] checks every URL before
 //! sending.
 //!
 //! This module decides nothing about retries or outcomes: it reports what the
@@ -22,11 +22,13 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::error::DeliveryError;
-use crate::ssrf::{is_forbidden_ip, validate_target_url};
+use crate::ssrf::{check_target, is_forbidden_ip, validate_target_url};
+use crate::transport::bytes_body::Body;
 use crate::transport::{SendError, SendFuture, Transport, WebhookRequest, WebhookResponse};
 
 /// How long establishing a TCP connection may take, within the attempt's own
@@ -83,16 +85,23 @@ impl HttpTransport {
     }
 
     async fn send_checked(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {
-        let url = validate_target_url(&request.url, self.allow_private).map_err(|e| {
+        let Some(parsed) = request.url.parsed() else {
+            // Refused when the endpoint was registered; parsing again says why.
+            let reason = validate_target_url(request.url.as_str(), true).err().map(|e| e.to_string());
+            return Err(SendError::InvalidUrl(reason.unwrap_or_else(|| "url does not parse".into())));
+        };
+        check_target(parsed, self.allow_private).map_err(|e| {
             if e.is_forbidden_destination() {
                 SendError::RefusedTarget(e.to_string())
             } else {
                 SendError::InvalidUrl(e.to_string())
             }
         })?;
+        let url = parsed.clone();
         let headers = header_map(request.headers)?;
         let timeout = request.timeout;
-        let attempt = self.client.post(url).headers(headers).body(request.body.to_string()).send();
+        let body = reqwest::Body::from(Bytes::from_owner(SharedPayload(request.body)));
+        let attempt = self.client.post(url).headers(headers).body(body).send();
         // One timer for the whole attempt: connect, request, headers and
         // the excerpt of the body (reqwest's per-request timeout would be a
         // second timer per attempt bounding the same thing).
@@ -106,6 +115,16 @@ impl HttpTransport {
 impl Transport for HttpTransport {
     fn send(&self, request: WebhookRequest) -> SendFuture<'_> {
         Box::pin(self.send_checked(request))
+    }
+}
+
+/// An event's payload lent to a request body: every attempt to every
+/// endpoint sends the one copy the state holds.
+struct SharedPayload(Body);
+
+impl AsRef<[u8]> for SharedPayload {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 
@@ -349,7 +368,7 @@ mod tests {
 
     fn request(url: String, timeout: Duration) -> WebhookRequest {
         WebhookRequest {
-            url,
+            url: url.into(),
             headers: vec![("webhook-id", "evt_1".into())],
             body: Body::from(r#"{"hello":"world"}"#),
             timeout,
@@ -416,6 +435,15 @@ mod tests {
         let result = send(true, format!("http://{addr}/slow"), Duration::from_millis(300)).await;
         assert_eq!(result, Err(SendError::Timeout));
         assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn unparseable_or_non_http_urls_are_invalid_not_sent() {
+        for (url, reason) in [("not a url", "not a valid absolute URL"), ("ftp://example.com/h", "http or https")] {
+            let result = send(true, url.into(), Duration::from_secs(5)).await;
+            let Err(SendError::InvalidUrl(detail)) = &result else { panic!("{url}: {result:?}") };
+            assert!(detail.contains(reason), "{url}: {detail}");
+        }
     }
 
     #[tokio::test]

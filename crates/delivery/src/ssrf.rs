@@ -58,6 +58,14 @@ pub fn validate_target_url(url: &str, allow_private: bool) -> Result<reqwest::Ur
         return Err(TargetError::TooLong { length: url.len() });
     }
     let parsed = reqwest::Url::parse(url).map_err(|e| TargetError::Unparseable { reason: e.to_string() })?;
+    check_target(&parsed, allow_private)?;
+    Ok(parsed)
+}
+
+/// [`validate_target_url`]'s checks of a URL already parsed, but for its
+/// length (a property of the text as registered): what the transport runs
+/// on every attempt, with the parse done once per endpoint.
+pub fn check_target(parsed: &reqwest::Url, allow_private: bool) -> Result<(), TargetError> {
     match parsed.scheme() {
         "http" | "https" => {}
         other => return Err(TargetError::BadScheme { scheme: other.to_string() }),
@@ -70,7 +78,7 @@ pub fn validate_target_url(url: &str, allow_private: bool) -> Result<reqwest::Ur
         _ => return Err(TargetError::MissingHost),
     };
     if allow_private {
-        return Ok(parsed);
+        return Ok(());
     }
     if let Some(ip) = literal_ip(host) {
         if is_forbidden_ip(ip) {
@@ -79,7 +87,7 @@ pub fn validate_target_url(url: &str, allow_private: bool) -> Result<reqwest::Ur
     } else if is_localhost_name(host) {
         return Err(TargetError::Localhost { host: host.to_string() });
     }
-    Ok(parsed)
+    Ok(())
 }
 
 /// The IP of a URL host that is a literal address (`1.2.3.4`, `[::1]`).

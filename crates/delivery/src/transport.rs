@@ -5,14 +5,16 @@
 //! redirects, per-request timeout, SSRF guard); the simulator plugs in
 //! scripted receivers.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One webhook request, fully prepared (signed) by the endpoint actor.
 #[derive(Debug, Clone)]
 pub struct WebhookRequest {
-    pub url: String,
+    pub url: Target,
     /// Header names in lowercase, fixed by the sender (static, so sending
     /// allocates nothing for them).
     pub headers: Vec<(&'static str, String)>,
@@ -22,6 +24,50 @@ pub struct WebhookRequest {
     /// Who sends it, under which grant: not sent on the wire; for logs and
     /// the simulator's one-sender-per-lease checker.
     pub origin: SendOrigin,
+}
+
+/// Where an attempt goes: the endpoint's URL as registered, parsed once
+/// when the endpoint actor loads its settings rather than on every attempt.
+#[derive(Debug, Clone)]
+pub struct Target {
+    text: Arc<str>,
+    /// `None` when the text does not parse; the transport then reports the
+    /// attempt as `invalid_url` (the API refuses such URLs up front).
+    parsed: Option<reqwest::Url>,
+}
+
+impl Target {
+    pub fn new(text: &str) -> Self {
+        Self { text: Arc::from(text), parsed: reqwest::Url::parse(text).ok() }
+    }
+
+    /// The URL as registered.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The URL parsed, if it parses.
+    pub fn parsed(&self) -> Option<&reqwest::Url> {
+        self.parsed.as_ref()
+    }
+}
+
+impl From<&str> for Target {
+    fn from(text: &str) -> Self {
+        Self::new(text)
+    }
+}
+
+impl From<String> for Target {
+    fn from(text: String) -> Self {
+        Self::new(&text)
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// The node, shard and fencing token an attempt is sent under.

@@ -46,7 +46,7 @@ async fn sequential_attempts_to_one_endpoint_reuse_one_connection() {
     let transport = HttpTransport::new(true).unwrap();
     for _ in 0..50 {
         let request = WebhookRequest {
-            url: format!("http://{addr}/hook"),
+            url: format!("http://{addr}/hook").into(),
             headers: vec![("content-type", "application/json".into())],
             body: Arc::from("{\"a\":1}"),
             timeout: Duration::from_secs(5),

@@ -39,7 +39,7 @@ fn entry(rng: &mut StdRng, index: u64) -> Entry {
         .map(|_| NewEvent {
             id: EventId::generate(1_700_000_000_000, rng),
             event_type: "bench.1".into(),
-            payload: format!("{{\"pad\":\"{}\"}}", "x".repeat(190)),
+            payload: format!("{{\"pad\":\"{}\"}}", "x".repeat(190)).into(),
             idempotency_key: None,
             endpoint_ids: None,
         })

@@ -111,7 +111,7 @@ fn new_event(
     Ok(NewEvent {
         id: ctx.with_rng(|rng| EventId::generate(now_ms, rng)),
         event_type,
-        payload: payload.get().to_string(),
+        payload: payload.get().into(),
         idempotency_key,
         endpoint_ids,
     })

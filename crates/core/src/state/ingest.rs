@@ -80,7 +80,7 @@ impl ClusterState {
             Box::new(Event {
                 id: new.id,
                 event_type: new.event_type.as_str().into(),
-                payload: new.payload.as_str().into(),
+                payload: new.payload.clone(),
                 received_at_ms: now_ms,
                 idempotency_key: new.idempotency_key.as_deref().map(Box::from),
                 deliveries: created.iter().map(|(d, _)| *d).collect(),
