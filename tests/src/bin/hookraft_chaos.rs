@@ -18,8 +18,10 @@
 //!    `--settle-s` more;
 //! 5. stops ingest, heals everything, waits (`--delivery-deadline-s`) until
 //!    the receiver has every accepted event, and prints the verdict: accepted,
-//!    delivered, lost, duplicates (and per 10,000 events), the longest span
-//!    with no successful accept and which faults it overlapped.
+//!    delivered, lost, duplicates (and per 10,000 events, and the extra
+//!    deliveries counted by the fault they followed and the endpoint they
+//!    went to), the longest span with no successful accept and which faults
+//!    it overlapped.
 //!
 //! Exit codes: 0 pass; 1 correctness (an accepted event never arrived, a bad
 //! signature, one event id for two keys); 2 liveness (an event could not be
@@ -171,7 +173,7 @@ async fn run(args: Args) -> Result<ExitCode> {
     println!("nodes {:?} (ids {:?}) in containers {:?}", target.urls, target.ids, target.deployment.containers);
 
     let secret = Secret::parse(CHAOS_SECRET).context("the built-in secret")?;
-    let receiver = Receiver::start(args.receiver_port, secret).await?;
+    let receiver = Receiver::start(args.receiver_port, secret, origin).await?;
     let host = match &args.receiver_host {
         Some(host) => host.clone(),
         None => blocking(|d| docker::gateway_of(&d), target.deployment.network.clone()).await?,
@@ -485,6 +487,7 @@ fn verdict(
         tally.extra_deliveries,
         tally.duplicates_per_10k()
     );
+    print!("{}", report::render_repeats(&seen.repeats, windows));
     println!("unacknowledged:       {} (received, but ingest never got an answer)", tally.unacknowledged);
     println!("invalid signatures:   {}", seen.invalid);
     for example in &seen.invalid_examples {

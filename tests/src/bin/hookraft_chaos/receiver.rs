@@ -1,5 +1,6 @@
 //! The chaos run's webhook receiver: counts every delivery per `webhook-id`
-//! after checking its signature, and answers 204 at once.
+//! after checking its signature, notes when each repeated one arrived (to
+//! tell which fault it followed), and answers 204 at once.
 //!
 //! It listens on all interfaces so node containers reach it through the
 //! docker bridge gateway. The counts sit behind a `std::sync::Mutex` that is
@@ -8,12 +9,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use hookraft_core::signing::{Secret, verify};
 
 /// What the receiver has seen so far.
@@ -21,6 +23,9 @@ use hookraft_core::signing::{Secret, verify};
 pub struct Seen {
     /// Verified deliveries per event id (`webhook-id`).
     pub per_event: BTreeMap<String, u32>,
+    /// When each delivery beyond an event's first arrived, since the run's
+    /// origin, and the path it came to (which names the endpoint).
+    pub repeats: Vec<(Duration, String)>,
     /// Requests whose signature did not verify, with the first reasons.
     pub invalid: u64,
     pub invalid_examples: Vec<String>,
@@ -31,6 +36,7 @@ const INVALID_EXAMPLES_MAX: usize = 5;
 
 struct Inner {
     secret: Secret,
+    origin: Instant,
     seen: Mutex<Seen>,
 }
 
@@ -41,13 +47,14 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Binds `0.0.0.0:port` (0 picks a free port) and serves in the background.
-    pub async fn start(port: u16, secret: Secret) -> Result<Self> {
+    /// Binds `0.0.0.0:port` (0 picks a free port) and serves in the background;
+    /// arrival times count from `origin`.
+    pub async fn start(port: u16, secret: Secret, origin: Instant) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
             .await
             .with_context(|| format!("binding 0.0.0.0:{port}"))?;
         let addr = listener.local_addr().context("reading the receiver's address")?;
-        let inner = Arc::new(Inner { secret, seen: Mutex::new(Seen::default()) });
+        let inner = Arc::new(Inner { secret, origin, seen: Mutex::new(Seen::default()) });
         let app = Router::new().fallback(handle).with_state(inner.clone());
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -68,7 +75,7 @@ impl Receiver {
     }
 }
 
-async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn handle(State(inner): State<Arc<Inner>>, uri: Uri, headers: HeaderMap, body: Bytes) -> StatusCode {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let id = header("webhook-id");
     let checked =
@@ -76,7 +83,11 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
     let mut seen = inner.seen.lock().unwrap_or_else(|p| p.into_inner());
     match checked {
         Ok(()) if !id.is_empty() => {
-            *seen.per_event.entry(id.to_string()).or_default() += 1;
+            let count = seen.per_event.entry(id.to_string()).or_default();
+            *count += 1;
+            if *count > 1 {
+                seen.repeats.push((inner.origin.elapsed(), uri.path().to_string()));
+            }
             StatusCode::NO_CONTENT
         }
         outcome => {

@@ -105,6 +105,39 @@ pub fn seconds(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
+/// Repeated deliveries (arrival time, path) counted by the fault they
+/// followed: each goes to the last fault injected at or before its arrival,
+/// or to none before the first. A repeat comes from an attempt whose outcome
+/// did not commit (a node killed, frozen or cut off with webhooks out) or
+/// went stale (its shard moved meanwhile), and arrives when the next owner
+/// sends again: after the fault, before the next one is injected. Rows in
+/// the faults' order, then the paths (endpoints) each one's repeats went to.
+pub fn repeats_by_fault<'a>(
+    repeats: &'a [(Duration, String)],
+    faults: &[FaultWindow],
+) -> Vec<(String, u64, BTreeMap<&'a str, u64>)> {
+    let labels =
+        std::iter::once("before the first fault".to_string()).chain(faults.iter().map(|f| format!("after {}", f.what)));
+    let mut rows: Vec<(String, u64, BTreeMap<&str, u64>)> = labels.map(|label| (label, 0, BTreeMap::new())).collect();
+    for (at, path) in repeats {
+        let row = faults.iter().rposition(|f| f.from <= *at).map_or(0, |i| i + 1);
+        rows[row].1 += 1;
+        *rows[row].2.entry(path.as_str()).or_default() += 1;
+    }
+    rows.retain(|(_, count, _)| *count > 0);
+    rows
+}
+
+/// The lines about repeated deliveries, by the fault they followed.
+pub fn render_repeats(repeats: &[(Duration, String)], faults: &[FaultWindow]) -> String {
+    let mut out = String::new();
+    for (label, count, paths) in repeats_by_fault(repeats, faults) {
+        let paths: Vec<String> = paths.iter().map(|(path, n)| format!("{path} {n}")).collect();
+        let _ = writeln!(out, "  {label}: {count} ({})", paths.join(", "));
+    }
+    out
+}
+
 /// The lines about outages: the longest, and the few next ones.
 pub fn render_outages(outages: &[Outage], faults: &[FaultWindow]) -> String {
     let mut out = String::new();
@@ -149,6 +182,23 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    #[test]
+    fn repeats_go_to_the_last_fault_injected_before_they_arrived() {
+        let fault = |what: &str, from, until| FaultWindow { what: what.into(), from: ms(from), until: ms(until) };
+        let faults = [fault("kill node 1", 1_000, 9_000), fault("pause node 2", 12_000, 20_000)];
+        let repeats: Vec<(Duration, String)> =
+            [(500, "/chaos/0"), (1_000, "/chaos/1"), (11_999, "/chaos/1"), (30_000, "/chaos/3")]
+                .into_iter()
+                .map(|(at, path)| (ms(at), path.to_string()))
+                .collect();
+        let rows = repeats_by_fault(&repeats, &faults);
+        let counts: Vec<(&str, u64)> = rows.iter().map(|(label, n, _)| (label.as_str(), *n)).collect();
+        assert_eq!(counts, [("before the first fault", 1), ("after kill node 1", 2), ("after pause node 2", 1)]);
+        assert_eq!(rows[1].2.get("/chaos/1"), Some(&2));
+        assert_eq!(render_repeats(&repeats, &faults).lines().nth(1), Some("  after kill node 1: 2 (/chaos/1 2)"));
+        assert!(render_repeats(&[], &faults).is_empty(), "no repeats, no lines");
     }
 
     #[test]
