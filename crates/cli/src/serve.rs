@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// How long a heartbeat keeps this node's shard lease (ms).
     #[arg(long, env = "HOOKRAFT_LEASE_MS", default_value_t = hookraft_node::config::LEASE_MS_DEFAULT)]
     lease_ms: u64,
+    /// How long an event is kept once all its deliveries are delivered or
+    /// dead (`90s`, `36h`, `7d`), or `off`; events still being delivered are
+    /// never forgotten. The leader's setting applies.
+    #[arg(long, env = "HOOKRAFT_RETENTION", default_value = "7d", value_parser = parse_retention)]
+    retention: Retention,
     /// Send webhooks on this many threads of their own, and run Raft on one
     /// of its own, so producers are answered at the same speed however
     /// busy delivery is [default: everything on one runtime]. On two cores
@@ -57,6 +62,14 @@ impl ServeArgs {
     pub fn delivery_threads(&self) -> Option<usize> {
         self.delivery_threads.map(usize::from)
     }
+}
+
+/// `--retention`: milliseconds, or `None` for `off`.
+#[derive(Debug, Clone, Copy)]
+struct Retention(Option<u64>);
+
+fn parse_retention(text: &str) -> Result<Retention, String> {
+    hookraft_node::config::parse_retention(text).map(Retention)
 }
 
 fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -98,6 +111,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.cluster_secret = args.cluster_secret;
     config.admin_token = args.admin_token;
     config.lease_ms = args.lease_ms;
+    config.retention_ms = args.retention.0;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
     let io =

@@ -88,6 +88,14 @@ pub enum Command {
         now_ms: u64,
         shards: Vec<(Shard, Option<NodeId>)>,
     },
+    /// Retention: forgets, oldest first, up to `max_events` events received
+    /// before `before_ms` whose deliveries are all delivered or dead, with
+    /// their deliveries and idempotency keys (see `state::prune`).
+    Prune {
+        now_ms: u64,
+        before_ms: u64,
+        max_events: u32,
+    },
 }
 
 /// Changes to an endpoint; `None` leaves a setting as it is.
@@ -166,6 +174,11 @@ pub enum Response {
     },
     /// One response per command of a `Batch`, in order.
     Batch(Vec<Response>),
+    /// What a `Prune` removed.
+    Pruned {
+        events: u32,
+        deliveries: u32,
+    },
 }
 
 /// The fate of one event of an `IngestEvents` batch.

@@ -32,10 +32,15 @@ pub struct NodeConfig {
     pub secret_grace_ms: u64,
     /// Applied entries between two snapshots of the replicated state.
     pub snapshot_every_entries: u64,
+    /// How long an event is kept once its deliveries are all delivered or
+    /// dead; `None` keeps every event. The leader's value applies.
+    pub retention_ms: Option<u64>,
 }
 
 /// Default lease (DESIGN §5).
 pub const LEASE_MS_DEFAULT: u64 = 6_000;
+/// Default retention: a week, well past the default retry policy's 72 h.
+pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600 * 1_000;
 
 impl NodeConfig {
     /// The single-node defaults of `hookraft serve`.
@@ -52,6 +57,7 @@ impl NodeConfig {
             lease_ms: LEASE_MS_DEFAULT,
             secret_grace_ms: 24 * 3_600 * 1_000,
             snapshot_every_entries: hookraft_raft::SNAPSHOT_EVERY_ENTRIES,
+            retention_ms: Some(RETENTION_MS_DEFAULT),
         }
     }
 
@@ -69,6 +75,31 @@ impl NodeConfig {
     pub fn initialises(&self) -> bool {
         self.initial_members().keys().next() == Some(&self.node_id)
     }
+}
+
+/// Parses a retention: a whole number with a unit, `s`, `m`, `h` or `d`
+/// (`90s`, `36h`, `7d`), or `off` to keep every event.
+pub fn parse_retention(text: &str) -> Result<Option<u64>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let bad = || format!("`{text}` is not a retention: write a whole number and a unit (90s, 30m, 36h, 7d) or `off`");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let unit_ms: u64 = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    let ms = number.checked_mul(unit_ms).ok_or_else(bad)?;
+    if ms == 0 {
+        return Err(format!("a retention of `{text}` would forget events at once; write `off` to keep them all"));
+    }
+    Ok(Some(ms))
 }
 
 /// Parses `1=host:port,2=host:port`.
@@ -91,6 +122,18 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_retentions_with_units_and_off() {
+        assert_eq!(parse_retention("90s"), Ok(Some(90_000)));
+        assert_eq!(parse_retention("30m"), Ok(Some(1_800_000)));
+        assert_eq!(parse_retention(" 36h "), Ok(Some(129_600_000)));
+        assert_eq!(parse_retention("7d"), Ok(Some(RETENTION_MS_DEFAULT)));
+        assert_eq!(parse_retention("OFF"), Ok(None));
+        for bad in ["", "7", "d", "7w", "-1d", "1.5h", "7 d", "0s", "99999999999999999d"] {
+            assert!(parse_retention(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
 
     #[test]
     fn parses_peers_and_rejects_malformed_lists() {

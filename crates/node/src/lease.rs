@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hookraft_core::clock::Clock;
-use hookraft_core::command::Command;
+use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::{NodeId, Shard};
 use hookraft_core::rebalance;
 use hookraft_delivery::batcher::Proposer;
@@ -83,6 +83,8 @@ impl Ownership for LeaseOwnership {
 pub struct LeaseLoop {
     pub node_id: NodeId,
     pub lease_ms: u64,
+    /// How long finished events are kept; `None` keeps them all.
+    pub retention_ms: Option<u64>,
     pub lease: Arc<Lease>,
     pub clock: Arc<dyn Clock>,
     pub proposer: Arc<dyn Proposer>,
@@ -95,6 +97,11 @@ pub struct LeaseLoop {
 
 /// How often the loop checks whether the lease lapsed between heartbeats.
 const LEASE_CHECK_MS: u64 = 100;
+/// How often the leader looks for events past their retention.
+pub const PRUNE_EVERY_MS: u64 = 10_000;
+/// Events one `Prune` entry removes at most: its apply stays around a
+/// millisecond, and a backlog of them goes one entry per leader duty.
+pub const PRUNE_BATCH: u32 = 4_096;
 
 impl LeaseLoop {
     /// Runs until the node stops.
@@ -102,6 +109,7 @@ impl LeaseLoop {
         let period_ms = (self.lease_ms / 3).max(1);
         let mut next_heartbeat_ms = 0;
         let mut next_duty_ms = 0;
+        let mut next_prune_ms = 0;
         let mut was_valid = false;
         loop {
             let now_ms = self.clock.monotonic_ms();
@@ -112,6 +120,13 @@ impl LeaseLoop {
             if self.clock.monotonic_ms() >= next_duty_ms {
                 next_duty_ms = self.clock.monotonic_ms() + LEADER_DUTY_MS;
                 self.leader_duties().await;
+                if let Some(retention_ms) = self.retention_ms
+                    && self.clock.monotonic_ms() >= next_prune_ms
+                    && self.is_leader()
+                {
+                    let more = self.prune(retention_ms).await;
+                    next_prune_ms = self.clock.monotonic_ms() + if more { 0 } else { PRUNE_EVERY_MS };
+                }
             }
             let valid = self.lease.is_valid(self.clock.monotonic_ms());
             if valid != was_valid {
@@ -147,6 +162,36 @@ impl LeaseLoop {
                 self.lease.renewals_total.fetch_add(1, Ordering::Relaxed);
             }
             Err(error) => tracing::debug!(%error, "heartbeat not committed"),
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        hookraft_raft::known_leader(&self.raft.metrics().borrow()) == Some(self.node_id)
+    }
+
+    /// As leader: proposes a `Prune` of events received more than
+    /// `retention_ms` ago whose deliveries are all over, when there are
+    /// any (a quiet cluster's log gains nothing). Returns whether more may
+    /// be due at once (the entry removed as many as it could).
+    async fn prune(&self, retention_ms: u64) -> bool {
+        let now_ms = self.clock.wall_ms();
+        let before_ms = now_ms.saturating_sub(retention_ms);
+        if self.state.read().prunable(before_ms, PRUNE_BATCH as usize).is_empty() {
+            return false;
+        }
+        match self.proposer.propose(Command::Prune { now_ms, before_ms, max_events: PRUNE_BATCH }).await {
+            Ok(Response::Pruned { events, deliveries }) => {
+                tracing::info!(events, deliveries, before_ms, "forgot events past their retention");
+                events >= PRUNE_BATCH
+            }
+            Ok(other) => {
+                tracing::error!(?other, "unexpected response to Prune");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not prune events past their retention");
+                false
+            }
         }
     }
 

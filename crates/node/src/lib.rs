@@ -179,6 +179,7 @@ impl Node {
             lease::LeaseLoop {
                 node_id: config.node_id,
                 lease_ms: config.lease_ms,
+                retention_ms: config.retention_ms,
                 lease: lease.clone(),
                 clock: io.clock.clone(),
                 proposer: proposer.clone(),

@@ -4,13 +4,16 @@
 //!
 //! `apply` never reads a clock or an RNG, and only ordered maps are iterated,
 //! so replicas that apply the same log hold the same state. Split by command
-//! family: `endpoints`, `ingest`, `outcomes`, `replay`, `cluster`.
+//! family: `endpoints`, `ingest`, `outcomes`, `replay`, `cluster`, `prune`.
 
 mod cluster;
 mod endpoints;
 mod ingest;
 mod outcomes;
+mod prune;
 mod replay;
+
+pub use prune::{PRUNE_SCAN_MAX, PRUNE_SCAN_PER_EVENT};
 
 use std::collections::BTreeMap;
 
@@ -87,6 +90,7 @@ impl ClusterState {
             Command::ForgetNode { node_id, now_ms } => self.forget_node(*node_id, *now_ms),
             Command::Batch(commands) => Response::Batch(commands.iter().map(|c| self.apply(c)).collect()),
             Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
+            Command::Prune { before_ms, max_events, .. } => self.prune(*before_ms, *max_events),
         }
     }
 

@@ -1,0 +1,68 @@
+//! Retention: forgetting events whose deliveries are all over.
+//!
+//! The leader proposes `Prune { before_ms, max_events }` from time to time
+//! (DESIGN §4); applying it removes, oldest first, up to `max_events` events
+//! received before `before_ms` whose every delivery is delivered or dead,
+//! with their deliveries and idempotency keys. An event with a delivery
+//! still pending or retrying is kept whatever its age: retention never
+//! drops work. Events are keyed by ULID, which starts with the time the
+//! receiving node gave it, so the oldest come first and the scan stops at
+//! the first event received after `before_ms` (or after [`PRUNE_SCAN_MAX`]
+//! events looked at), which keeps one apply short however large the state.
+
+use super::ClusterState;
+use crate::command::Response;
+use crate::ids::EventId;
+
+/// How many events one `Prune` looks at, at most, per event it may remove:
+/// events kept because a delivery is still active are skipped over, but not
+/// without bound.
+pub const PRUNE_SCAN_PER_EVENT: usize = 4;
+/// How many events one `Prune` looks at in all, at most.
+pub const PRUNE_SCAN_MAX: usize = 1 << 20;
+
+impl ClusterState {
+    pub(super) fn prune(&mut self, before_ms: u64, max_events: u32) -> Response {
+        let chosen = self.prunable(before_ms, max_events as usize);
+        let mut deliveries = 0u32;
+        for event_id in &chosen {
+            let Some(event) = self.events.remove(event_id) else { continue };
+            for delivery_id in &event.deliveries {
+                if let Some(delivery) = self.deliveries.remove(delivery_id) {
+                    debug_assert!(delivery.state.is_terminal());
+                    deliveries += 1;
+                }
+            }
+            if let Some(key) = &event.idempotency_key
+                && self.idempotency.get(&**key) == Some(event_id)
+            {
+                self.idempotency.remove(&**key);
+            }
+        }
+        Response::Pruned { events: chosen.len() as u32, deliveries }
+    }
+
+    /// The events a `Prune { before_ms, max_events }` would remove, oldest
+    /// first. The leader asks this of its own state before proposing one, so
+    /// it proposes nothing when nothing is due.
+    pub fn prunable(&self, before_ms: u64, max_events: usize) -> Vec<EventId> {
+        let scan = max_events.saturating_mul(PRUNE_SCAN_PER_EVENT).min(PRUNE_SCAN_MAX);
+        let mut chosen = Vec::new();
+        for (id, event) in self.events.iter().take(scan) {
+            if chosen.len() >= max_events {
+                break;
+            }
+            if id.created_at_ms() >= before_ms && event.received_at_ms >= before_ms {
+                break; // everything after it is newer, give or take clock skew
+            }
+            if event.received_at_ms >= before_ms {
+                continue;
+            }
+            let over = event.deliveries.iter().all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal()));
+            if over {
+                chosen.push(*id);
+            }
+        }
+        chosen
+    }
+}
