@@ -21,6 +21,10 @@
 //!   built for the iteration, alone or while a clone of it is alive (as a
 //!   snapshot's encoding holds one): what a first write after the clone
 //!   pays to copy the chunks it changes.
+//! - `prune_512_events/{alone,beside_a_clone}`: one `Prune` that forgets
+//!   512 delivered events (the leader's batch) and their deliveries, the
+//!   oldest of a state of 16,384 built for the iteration, alone or while a
+//!   clone of it is alive.
 //!
 //! The `apply` benchmarks run each iteration on a fresh clone of the state
 //! (cloned outside the timing) and report throughput in events or outcomes.
@@ -45,6 +49,8 @@ use fixtures::{ENDPOINTS, NODE, NOW_MS, delivered, endpoint, new_event, payload}
 
 const INGEST_BATCH: usize = 1_024;
 const OUTCOME_BATCH: usize = 256;
+/// What one `Prune` entry of the leader's removes at most (`hookraft_node::lease::PRUNE_BATCH`).
+const PRUNE_BATCH: usize = 512;
 const NOW_S: u64 = NOW_MS / 1_000;
 
 /// Every shard granted to [`NODE`] and [`ENDPOINTS`] endpoints registered.
@@ -243,5 +249,52 @@ fn bench_after_clone(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_signing, bench_apply, bench_dense, bench_after_clone);
+fn bench_prune(c: &mut Criterion) {
+    const EVENTS: usize = 16 * INGEST_BATCH;
+    let build = || {
+        let mut rng = StdRng::seed_from_u64(6);
+        let mut state = state_with_endpoints(&mut rng);
+        for round in 0..(EVENTS / INGEST_BATCH) as u64 {
+            state.apply(&ingest_command(&mut rng, INGEST_BATCH, NOW_MS + 10 + round));
+            let active = state.active.values().map(|s| s.len()).sum();
+            state.apply(&delivered_outcomes(&state, active, NOW_MS + 50 + round));
+        }
+        state
+    };
+    let prune = Command::Prune { now_ms: NOW_MS + 100, before_ms: NOW_MS + 100, max_events: PRUNE_BATCH as u32 };
+    let mut checked = build();
+    assert_eq!(checked.apply(&prune), Response::Pruned { events: PRUNE_BATCH as u32, deliveries: PRUNE_BATCH as u32 });
+    assert_eq!(checked.events.len(), EVENTS - PRUNE_BATCH);
+
+    let mut group = c.benchmark_group("prune_512_events");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(PRUNE_BATCH as u64));
+    group.bench_function("alone", |b| {
+        b.iter_batched(
+            build,
+            |mut state| {
+                let response = state.apply(black_box(&prune));
+                (state, response)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("beside_a_clone", |b| {
+        b.iter_batched(
+            || {
+                let state = build();
+                let clone = state.clone();
+                (state, clone)
+            },
+            |(mut state, clone)| {
+                let response = state.apply(black_box(&prune));
+                (state, clone, response)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_signing, bench_apply, bench_dense, bench_after_clone, bench_prune);
 criterion_main!(benches);

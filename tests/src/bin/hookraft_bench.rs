@@ -114,6 +114,10 @@ struct Args {
     /// --delivery-threads`) [default: the node's default, one runtime].
     #[arg(long)]
     delivery_threads: Option<u16>,
+    /// Each node's `--retention` (`30s`, `7d`, `off`) [default: the node's
+    /// default, 7 days]: a short one measures pruning under load.
+    #[arg(long)]
+    retention: Option<String>,
 }
 
 /// The same allocator as the node, so the load generator and the fleet
@@ -179,10 +183,13 @@ enum Deployment {
 }
 
 impl Deployment {
-    async fn start(nodes: u64, bin: &PathBuf, delivery_threads: Option<u16>) -> Self {
+    async fn start(nodes: u64, bin: &PathBuf, delivery_threads: Option<u16>, retention: Option<&str>) -> Self {
         let mut node = NodeOptions::default().binary(bin);
         if let Some(threads) = delivery_threads {
             node = node.arg(format!("--delivery-threads={threads}"));
+        }
+        if let Some(retention) = retention {
+            node = node.arg(format!("--retention={retention}"));
         }
         if nodes <= 1 {
             Deployment::Single(TestNode::start_with(node).await)
@@ -260,7 +267,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     // Counted before anything starts: a million targets for the backlog.
     let expected_arrivals = (0..events).map(|index| scenario.healthy_targets(index).len()).sum();
     write_back_dirty_pages().await;
-    let deployment = Deployment::start(args.nodes, bin, args.delivery_threads).await;
+    let deployment = Deployment::start(args.nodes, bin, args.delivery_threads, args.retention.as_deref()).await;
     let origin = Instant::now();
     let (fleet, fleet_url) = Fleet::start(origin, expected_arrivals).await?;
     let specs = scenario.endpoints();
@@ -328,6 +335,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         connections: args.connections,
         events_per_request: args.batch,
         delivery_threads: args.delivery_threads,
+        retention: args.retention.clone(),
         endpoints: specs.len(),
         payload_bytes: args.payload_bytes,
         events_offered: events,

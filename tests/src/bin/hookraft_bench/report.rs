@@ -97,6 +97,9 @@ pub struct Report {
     /// The nodes' `--delivery-threads`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery_threads: Option<u16>,
+    /// The nodes' `--retention`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<String>,
     pub endpoints: usize,
     pub payload_bytes: usize,
     pub events_offered: usize,
@@ -147,7 +150,7 @@ impl Report {
         let l = &self.ingest_latency_ms;
         let _ = writeln!(
             out,
-            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}{}",
+            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}{}{}",
             self.scenario,
             self.nodes,
             self.connections,
@@ -158,7 +161,8 @@ impl Report {
             } else {
                 String::new()
             },
-            self.delivery_threads.map(|n| format!(", --delivery-threads {n}")).unwrap_or_default()
+            self.delivery_threads.map(|n| format!(", --delivery-threads {n}")).unwrap_or_default(),
+            self.retention.as_deref().map(|r| format!(", --retention {r}")).unwrap_or_default()
         );
         let _ = writeln!(
             out,
