@@ -221,12 +221,24 @@ fn bench_after_clone(c: &mut Criterion) {
     assert_eq!(checked.deliveries.len(), EVENTS + BATCH, "every event makes one delivery");
 
     let mut group = c.benchmark_group("after_clone/ingest_10_events");
+    alone_and_beside_a_clone(&mut group, build, &ingest);
+    group.finish();
+}
+
+/// Times `command` applied to a state `build` makes for the iteration, as
+/// `alone`, and while a clone of that state is alive, as `beside_a_clone`
+/// (as a snapshot's encoding holds one). Building stays outside the timing.
+fn alone_and_beside_a_clone(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    build: impl Fn() -> ClusterState + Copy,
+    command: &Command,
+) {
     group.sample_size(20);
     group.bench_function("alone", |b| {
         b.iter_batched(
             build,
             |mut state| {
-                let response = state.apply(black_box(&ingest));
+                let response = state.apply(black_box(command));
                 (state, response)
             },
             BatchSize::PerIteration,
@@ -240,13 +252,12 @@ fn bench_after_clone(c: &mut Criterion) {
                 (state, clone)
             },
             |(mut state, clone)| {
-                let response = state.apply(black_box(&ingest));
+                let response = state.apply(black_box(command));
                 (state, clone, response)
             },
             BatchSize::PerIteration,
         )
     });
-    group.finish();
 }
 
 fn bench_prune(c: &mut Criterion) {
@@ -267,32 +278,8 @@ fn bench_prune(c: &mut Criterion) {
     assert_eq!(checked.events.len(), EVENTS - PRUNE_BATCH);
 
     let mut group = c.benchmark_group("prune_512_events");
-    group.sample_size(20);
     group.throughput(Throughput::Elements(PRUNE_BATCH as u64));
-    group.bench_function("alone", |b| {
-        b.iter_batched(
-            build,
-            |mut state| {
-                let response = state.apply(black_box(&prune));
-                (state, response)
-            },
-            BatchSize::PerIteration,
-        )
-    });
-    group.bench_function("beside_a_clone", |b| {
-        b.iter_batched(
-            || {
-                let state = build();
-                let clone = state.clone();
-                (state, clone)
-            },
-            |(mut state, clone)| {
-                let response = state.apply(black_box(&prune));
-                (state, clone, response)
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    alone_and_beside_a_clone(&mut group, build, &prune);
     group.finish();
 }
 
