@@ -25,6 +25,10 @@ use crate::{
     TypeConfig,
 };
 
+/// Records retired by one apply that are dropped where they are, without
+/// a hop to a blocking thread (a `Prune` of 512 events retires 1,024).
+const RETIRED_INLINE_MAX: usize = 64;
+
 /// Told about every command the moment it is applied, on every replica.
 ///
 /// Both methods run on openraft's state machine task **while the state's
@@ -124,10 +128,23 @@ impl StateMachineStore {
         self.applied.write().map_err(|_| poisoned())
     }
 
-    /// Applies one entry under the write lock and calls the observer.
+    /// Applies one entry under the write lock and calls the observer; what
+    /// the apply took out of the state is dropped after the lock is let go,
+    /// on a blocking thread when there is much of it.
     fn apply_entry(&self, entry: Entry) -> Result<Response, Error> {
-        let mut applied = self.write()?;
-        let applied = &mut *applied;
+        let mut guard = self.write()?;
+        let response = Self::apply_locked(&mut guard, entry, self.observer.as_deref());
+        let retired = guard.state.take_retired();
+        drop(guard);
+        if retired.events.len() + retired.deliveries.len() > RETIRED_INLINE_MAX
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn_blocking(move || drop(retired)));
+        }
+        Ok(response)
+    }
+
+    fn apply_locked(applied: &mut Applied, entry: Entry, observer: Option<&dyn ApplyObserver>) -> Response {
         assert!(
             applied.last_applied.map(|id| id.index) < Some(entry.log_id.index),
             "entry {} applied after {:?}: openraft applies in log order",
@@ -135,11 +152,11 @@ impl StateMachineStore {
             applied.last_applied
         );
         applied.last_applied = Some(entry.log_id);
-        let response = match entry.payload {
+        match entry.payload {
             EntryPayload::Blank => Response::Ok,
             EntryPayload::Normal(command) => {
                 let response = applied.state.apply(&command);
-                if let Some(observer) = &self.observer {
+                if let Some(observer) = observer {
                     observer.applied(&applied.state, &command, &response);
                 }
                 response
@@ -148,8 +165,7 @@ impl StateMachineStore {
                 applied.last_membership = StoredMembership::new(Some(entry.log_id), membership);
                 Response::Ok
             }
-        };
-        Ok(response)
+        }
     }
 }
 

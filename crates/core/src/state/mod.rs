@@ -49,6 +49,43 @@ pub struct ClusterState {
     pub last_token: u64,
     /// Outcomes refused because their token was not the shard's current one.
     pub outcomes_rejected_stale: u64,
+    /// Records the last applies took out (a `Prune`'s), for the caller to
+    /// drop once it has let go of the state's lock: dropping them is half
+    /// of a prune's apply. Not part of the state: never encoded, never
+    /// compared, empty in a clone.
+    #[serde(skip)]
+    retired: Retired,
+}
+
+/// Records taken out of the state by an apply, not yet dropped.
+#[derive(Default)]
+pub struct Retired {
+    pub events: Vec<Box<Event>>,
+    pub deliveries: Vec<Box<Delivery>>,
+}
+
+impl Retired {
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.deliveries.is_empty()
+    }
+}
+
+impl Clone for Retired {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Retired {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Retired {{ {} events, {} deliveries }}", self.events.len(), self.deliveries.len())
+    }
 }
 
 impl Default for ClusterState {
@@ -66,6 +103,7 @@ impl Default for ClusterState {
             ],
             last_token: 0,
             outcomes_rejected_stale: 0,
+            retired: Retired::default(),
         }
     }
 }
@@ -92,6 +130,13 @@ impl ClusterState {
             Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
             Command::Prune { before_ms, max_events, .. } => self.prune(*before_ms, *max_events),
         }
+    }
+
+    /// What the applies since the last call took out of the state; drop
+    /// it after releasing the state's lock (or leave it: the next apply's
+    /// records join it).
+    pub fn take_retired(&mut self) -> Retired {
+        std::mem::take(&mut self.retired)
     }
 
     /// The grant of the shard `endpoint` lives in.

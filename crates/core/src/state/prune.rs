@@ -31,6 +31,7 @@ impl ClusterState {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {
                     debug_assert!(delivery.state.is_terminal());
                     deliveries += 1;
+                    self.retired.deliveries.push(delivery);
                 }
             }
             if let Some(key) = &event.idempotency_key
@@ -38,6 +39,7 @@ impl ClusterState {
             {
                 self.idempotency.remove(&**key);
             }
+            self.retired.events.push(event);
         }
         Response::Pruned { events: chosen.len() as u32, deliveries }
     }

@@ -512,6 +512,13 @@ fn prune_forgets_old_events_whose_deliveries_are_over_and_keeps_the_rest() {
     let pruned = state.apply(&Command::Prune { now_ms: 20_000, before_ms: 5_000, max_events: 10 });
     assert_eq!(pruned, Response::Pruned { events: 2, deliveries: 2 });
     state.check_invariants().unwrap();
+    // The records removed wait to be dropped outside the state's lock.
+    let retired = state.take_retired();
+    let mut retired_events: Vec<EventId> = retired.events.iter().map(|e| e.id).collect();
+    retired_events.sort();
+    assert_eq!(retired_events, [delivered, dead]);
+    assert_eq!(retired.deliveries.len(), 2);
+    assert!(state.take_retired().is_empty());
     for gone in [&delivered, &dead] {
         assert!(!state.events.contains_key(gone));
     }
