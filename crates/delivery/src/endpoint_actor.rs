@@ -256,7 +256,8 @@ impl EndpointState {
 
     /// Starts every attempt that is due and allowed; arms a timer for the next one.
     fn pump(&mut self, myself: &ActorRef<EndpointMsg>) {
-        let Some(endpoint) = self.endpoint.clone() else { return };
+        // Loaded together in `refresh_settings`: both or neither.
+        let (Some(endpoint), Some(target)) = (self.endpoint.clone(), self.target.clone()) else { return };
         if endpoint.disabled {
             return;
         }
@@ -298,7 +299,7 @@ impl EndpointState {
                 let _ = bucket.try_take(now_ms); // available above, and time has not moved
             }
             self.queue.pop_head();
-            self.start_attempt(myself, &endpoint, queued, token, now_ms);
+            self.start_attempt(myself, &endpoint, &target, queued, token, now_ms);
         }
     }
 
@@ -306,6 +307,7 @@ impl EndpointState {
         &mut self,
         myself: &ActorRef<EndpointMsg>,
         endpoint: &Endpoint,
+        target: &Target,
         queued: QueuedDelivery,
         token: u64,
         now_ms: u64,
@@ -325,8 +327,7 @@ impl EndpointState {
             }
         };
         let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
-        let target = self.target.clone().unwrap_or_else(|| Target::new(&endpoint.url));
-        let request = build_request(endpoint, target, &plan, now_ms, origin);
+        let request = build_request(endpoint, target.clone(), &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();
         let reply_to = myself.clone();

@@ -27,7 +27,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::error::DeliveryError;
-use crate::ssrf::{check_target, is_forbidden_ip, validate_target_url};
+use crate::ssrf::{check_target, is_forbidden_ip};
 use crate::transport::bytes_body::Body;
 use crate::transport::{SendError, SendFuture, Transport, WebhookRequest, WebhookResponse};
 
@@ -85,11 +85,8 @@ impl HttpTransport {
     }
 
     async fn send_checked(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {
-        let Some(parsed) = request.url.parsed() else {
-            // Refused when the endpoint was registered; parsing again says why.
-            let reason = validate_target_url(request.url.as_str(), true).err().map(|e| e.to_string());
-            return Err(SendError::InvalidUrl(reason.unwrap_or_else(|| "url does not parse".into())));
-        };
+        // Refused when the endpoint was registered; kept from its parse.
+        let parsed = request.url.parsed().map_err(|e| SendError::InvalidUrl(e.to_string()))?;
         check_target(parsed, self.allow_private).map_err(|e| {
             if e.is_forbidden_destination() {
                 SendError::RefusedTarget(e.to_string())

@@ -57,9 +57,15 @@ pub fn validate_target_url(url: &str, allow_private: bool) -> Result<reqwest::Ur
     if url.len() > URL_LENGTH_MAX {
         return Err(TargetError::TooLong { length: url.len() });
     }
-    let parsed = reqwest::Url::parse(url).map_err(|e| TargetError::Unparseable { reason: e.to_string() })?;
+    let parsed = parse_target_url(url)?;
     check_target(&parsed, allow_private)?;
     Ok(parsed)
+}
+
+/// `url` parsed, or why it does not parse: the first step of
+/// [`validate_target_url`], which an endpoint actor takes once per URL.
+pub fn parse_target_url(url: &str) -> Result<reqwest::Url, TargetError> {
+    reqwest::Url::parse(url).map_err(|e| TargetError::Unparseable { reason: e.to_string() })
 }
 
 /// [`validate_target_url`]'s checks of a URL already parsed, but for its

@@ -5,11 +5,12 @@
 //! redirects, per-request timeout, SSRF guard); the simulator plugs in
 //! scripted receivers.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::ssrf::{TargetError, parse_target_url};
 
 /// One webhook request, fully prepared (signed) by the endpoint actor.
 #[derive(Debug, Clone)]
@@ -28,45 +29,38 @@ pub struct WebhookRequest {
 
 /// Where an attempt goes: the endpoint's URL as registered, parsed once
 /// when the endpoint actor loads its settings rather than on every attempt.
+/// Shared: a clone is a reference count.
 #[derive(Debug, Clone)]
-pub struct Target {
-    text: Arc<str>,
-    /// `None` when the text does not parse; the transport then reports the
-    /// attempt as `invalid_url` (the API refuses such URLs up front).
-    parsed: Option<reqwest::Url>,
+pub struct Target(Arc<ParsedTarget>);
+
+#[derive(Debug)]
+struct ParsedTarget {
+    text: Box<str>,
+    /// Why the text does not parse, when it does not; the transport then
+    /// reports the attempt as `invalid_url` (the API refuses such URLs up
+    /// front).
+    parsed: Result<reqwest::Url, TargetError>,
 }
 
 impl Target {
     pub fn new(text: &str) -> Self {
-        Self { text: Arc::from(text), parsed: reqwest::Url::parse(text).ok() }
+        Self(Arc::new(ParsedTarget { text: text.into(), parsed: parse_target_url(text) }))
     }
 
     /// The URL as registered.
     pub fn as_str(&self) -> &str {
-        &self.text
+        &self.0.text
     }
 
-    /// The URL parsed, if it parses.
-    pub fn parsed(&self) -> Option<&reqwest::Url> {
-        self.parsed.as_ref()
-    }
-}
-
-impl From<&str> for Target {
-    fn from(text: &str) -> Self {
-        Self::new(text)
+    /// The URL parsed, or why it does not parse.
+    pub fn parsed(&self) -> Result<&reqwest::Url, &TargetError> {
+        self.0.parsed.as_ref()
     }
 }
 
 impl From<String> for Target {
     fn from(text: String) -> Self {
         Self::new(&text)
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
     }
 }
 

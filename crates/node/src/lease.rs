@@ -188,7 +188,7 @@ impl LeaseLoop {
     async fn prune(&self, retention_ms: u64) -> bool {
         let now_ms = self.clock.wall_ms();
         let before_ms = now_ms.saturating_sub(retention_ms);
-        if self.state.read().prunable(before_ms, PRUNE_BATCH as usize).is_empty() {
+        if self.state.read().prunable(before_ms, PRUNE_BATCH as usize).next().is_none() {
             return false;
         }
         match self.proposer.propose(Command::Prune { now_ms, before_ms, max_events: PRUNE_BATCH }).await {

@@ -136,7 +136,7 @@ impl StateMachineStore {
         let response = Self::apply_locked(&mut guard, entry, self.observer.as_deref());
         let retired = guard.state.take_retired();
         drop(guard);
-        if retired.events.len() + retired.deliveries.len() > RETIRED_INLINE_MAX
+        if retired.len() > RETIRED_INLINE_MAX
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             drop(runtime.spawn_blocking(move || drop(retired)));

@@ -13,8 +13,6 @@ mod outcomes;
 mod prune;
 mod replay;
 
-pub use prune::{PRUNE_SCAN_MAX, PRUNE_SCAN_PER_EVENT};
-
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -65,8 +63,13 @@ pub struct Retired {
 }
 
 impl Retired {
+    /// Records held, events and deliveries.
+    pub fn len(&self) -> usize {
+        self.events.len() + self.deliveries.len()
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.deliveries.is_empty()
+        self.len() == 0
     }
 }
 

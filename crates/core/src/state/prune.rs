@@ -17,13 +17,13 @@ use crate::ids::EventId;
 /// How many events one `Prune` looks at, at most, per event it may remove:
 /// events kept because a delivery is still active are skipped over, but not
 /// without bound.
-pub const PRUNE_SCAN_PER_EVENT: usize = 4;
+const PRUNE_SCAN_PER_EVENT: usize = 4;
 /// How many events one `Prune` looks at in all, at most.
-pub const PRUNE_SCAN_MAX: usize = 1 << 20;
+const PRUNE_SCAN_MAX: usize = 1 << 20;
 
 impl ClusterState {
     pub(super) fn prune(&mut self, before_ms: u64, max_events: u32) -> Response {
-        let chosen = self.prunable(before_ms, max_events as usize);
+        let chosen: Vec<EventId> = self.prunable(before_ms, max_events as usize).collect();
         let mut deliveries = 0u32;
         for event_id in &chosen {
             let Some(event) = self.events.remove(event_id) else { continue };
@@ -45,26 +45,21 @@ impl ClusterState {
     }
 
     /// The events a `Prune { before_ms, max_events }` would remove, oldest
-    /// first. The leader asks this of its own state before proposing one, so
-    /// it proposes nothing when nothing is due.
-    pub fn prunable(&self, before_ms: u64, max_events: usize) -> Vec<EventId> {
+    /// first, found lazily: the leader asks for the first of them before
+    /// proposing one, so it proposes nothing when nothing is due.
+    pub fn prunable(&self, before_ms: u64, max_events: usize) -> impl Iterator<Item = EventId> + '_ {
         let scan = max_events.saturating_mul(PRUNE_SCAN_PER_EVENT).min(PRUNE_SCAN_MAX);
-        let mut chosen = Vec::new();
-        for (id, event) in self.events.iter().take(scan) {
-            if chosen.len() >= max_events {
-                break;
-            }
-            if id.created_at_ms() >= before_ms && event.received_at_ms >= before_ms {
-                break; // everything after it is newer, give or take clock skew
-            }
-            if event.received_at_ms >= before_ms {
-                continue;
-            }
-            let over = event.deliveries.iter().all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal()));
-            if over {
-                chosen.push(*id);
-            }
-        }
-        chosen
+        self.events
+            .iter()
+            .take(scan)
+            // Everything after an event made and received since is newer,
+            // give or take clock skew.
+            .take_while(move |(id, event)| id.created_at_ms() < before_ms || event.received_at_ms < before_ms)
+            .filter(move |(_, event)| {
+                event.received_at_ms < before_ms
+                    && event.deliveries.iter().all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal()))
+            })
+            .map(|(id, _)| *id)
+            .take(max_events)
     }
 }
