@@ -26,6 +26,10 @@ pub const LEASE_MS: u64 = 2_000;
 /// so a run builds, installs and purges snapshots several times, and a
 /// restarted node replays a short log.
 pub const SNAPSHOT_EVERY_ENTRIES: u64 = 400;
+/// Simulated nodes forget finished events after this long (production: a
+/// week), so the leader prunes several times in a run, under its faults,
+/// and the checkers see events go.
+pub const RETENTION_MS: u64 = 15_000;
 
 /// One simulated node: its disk outlives its process.
 pub struct SimNode {
@@ -68,6 +72,7 @@ impl Cluster {
         config.allow_private_targets = true;
         config.lease_ms = LEASE_MS;
         config.snapshot_every_entries = SNAPSHOT_EVERY_ENTRIES;
+        config.retention_ms = Some(RETENTION_MS);
         let io = Io {
             clock: Arc::new(node.clock.clone()),
             seed: node.seed.wrapping_add(u64::from(node.restarts)),

@@ -40,6 +40,8 @@ pub enum Break {
     AckBeforeCommit,
     /// A batch of events is committed as two log entries.
     SplitBatch,
+    /// Retention forgets old events whatever their deliveries' states.
+    PruneActive,
 }
 
 impl Break {
@@ -49,10 +51,11 @@ impl Break {
             Break::Fencing => "fencing",
             Break::AckBeforeCommit => "ack-before-commit",
             Break::SplitBatch => "split-batch",
+            Break::PruneActive => "prune-active",
         }
     }
 
-    pub const ALL: [Break; 3] = [Break::Fencing, Break::AckBeforeCommit, Break::SplitBatch];
+    pub const ALL: [Break; 4] = [Break::Fencing, Break::AckBeforeCommit, Break::SplitBatch, Break::PruneActive];
 }
 
 /// Runs one seed to completion on a fresh single-threaded runtime.
@@ -77,6 +80,7 @@ fn set_break(broken: Option<Break>) -> anyhow::Result<()> {
     hookraft_core::breaks::set_skip_fencing(broken == Some(Break::Fencing));
     hookraft_core::breaks::set_ack_before_commit(broken == Some(Break::AckBeforeCommit));
     hookraft_core::breaks::set_split_batch(broken == Some(Break::SplitBatch));
+    hookraft_core::breaks::set_prune_active(broken == Some(Break::PruneActive));
     Ok(())
 }
 

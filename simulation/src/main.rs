@@ -47,7 +47,7 @@ struct Args {
     /// slow-disk, clock-step, membership).
     #[arg(long, value_delimiter = ',', value_parser = Shape::parse)]
     faults: Vec<Shape>,
-    /// Deliberate bug: `fencing`, `ack-before-commit` or `split-batch` (needs `--features break`).
+    /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch` or `prune-active` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
@@ -56,7 +56,7 @@ fn parse_break(text: &str) -> Result<Break, String> {
     Break::ALL
         .into_iter()
         .find(|b| b.name() == text)
-        .ok_or_else(|| format!("unknown break `{text}`: fencing, ack-before-commit or split-batch"))
+        .ok_or_else(|| format!("unknown break `{text}`: fencing, ack-before-commit, split-batch or prune-active"))
 }
 
 /// The production node's allocator (see `crates/cli`), so the simulated

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
-use crate::check::{self, Kind, Violation, fencing::FencingTap};
+use crate::check::{self, Kind, Taps, Violation};
 use crate::clock::{DRIFT_PPM_MAX, SKEW_MS_MAX, SimClock};
 use crate::cluster::{Cluster, SimNode, elapsed_ms};
 use crate::faults::Faults;
@@ -106,7 +106,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     let mut rng = StdRng::seed_from_u64(options.seed);
     let net = SimNet::new(rng.random(), trace.clone());
     let receivers = Receivers::new(rng.random(), origin, trace.clone());
-    let tap = Arc::new(FencingTap::new(trace.clone()));
+    let tap = Arc::new(Taps::new(trace.clone()));
     let nodes = (1..=options.nodes)
         .map(|id| SimNode {
             id,
@@ -167,7 +167,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     let earlier = cluster.leader().and_then(|l| cluster.state(l)).map(|(s, _)| s);
     let heal_end_ms = elapsed_ms(origin) + options.heal_phase_ms;
     while elapsed_ms(origin) < heal_end_ms {
-        if settled(&cluster, &workload) {
+        if tap.pruned.with(|pruned| settled(&cluster, &workload, pruned)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -185,14 +185,15 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     let sends = receivers.sends();
     let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner()).clone();
 
+    let pruned = tap.pruned.pruned();
     let mut violations = tap.violations();
     violations.extend(check::replicas::check(&states));
-    violations.extend(check::lost::check(&ledger, &final_state, &sends));
-    violations.extend(check::batches::check(&ledger, &final_state));
+    violations.extend(check::lost::check(&ledger, &final_state, &pruned, &sends));
+    violations.extend(check::batches::check(&ledger, &final_state, &pruned));
     violations.extend(check::one_sender::check(&sends, 2 * SKEW_MS_MAX as u64 + 100));
     violations.extend(check::signatures::check(&sends));
     if let Some(earlier) = &earlier {
-        violations.extend(check::timeline::check(earlier, &final_state, &sends));
+        violations.extend(check::timeline::check(earlier, &final_state, &pruned, &sends));
     }
     violations.extend(check::liveness::check(&final_state, &workload.endpoints, &receivers, options.heal_phase_ms));
     for id in &ids {
@@ -242,7 +243,7 @@ async fn wait_until(bound_ms: u64, mut done: impl FnMut() -> bool) -> bool {
 
 /// No producer is still trying, and every acknowledged delivery is
 /// terminal on the leader.
-fn settled(cluster: &Cluster, workload: &Workload) -> bool {
+fn settled(cluster: &Cluster, workload: &Workload, pruned: &check::pruned::Pruned) -> bool {
     let Some(leader) = cluster.leader() else { return false };
     let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner());
     if ledger.in_flight > 0 {
@@ -253,7 +254,7 @@ fn settled(cluster: &Cluster, workload: &Workload) -> bool {
             ledger.acked.values().flatten().all(|(delivery, _)| {
                 hookraft_core::ids::DeliveryId::parse(delivery)
                     .ok()
-                    .and_then(|id| state.deliveries.get(&id))
+                    .and_then(|id| state.deliveries.get(&id).map(|d| &**d).or_else(|| pruned.delivery(&id)))
                     .is_some_and(|d| d.state.is_terminal())
             })
         })

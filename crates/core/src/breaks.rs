@@ -8,6 +8,7 @@ thread_local! {
     static SKIP_FENCING: Cell<bool> = const { Cell::new(false) };
     static ACK_BEFORE_COMMIT: Cell<bool> = const { Cell::new(false) };
     static SPLIT_BATCH: Cell<bool> = const { Cell::new(false) };
+    static PRUNE_ACTIVE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `--break fencing`: `apply` accepts outcomes whatever their token.
@@ -36,4 +37,14 @@ pub fn set_split_batch(on: bool) {
 
 pub fn split_batch() -> bool {
     SPLIT_BATCH.with(Cell::get)
+}
+
+/// `--break prune-active`: a `Prune` removes old events whatever their
+/// deliveries' states, dropping work still to do.
+pub fn set_prune_active(on: bool) {
+    PRUNE_ACTIVE.with(|c| c.set(on));
+}
+
+pub fn prune_active() -> bool {
+    PRUNE_ACTIVE.with(Cell::get)
 }

@@ -37,10 +37,17 @@ impl FencingTap {
         self.violations.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn expected_stale(state: &ClusterState, node_id: NodeId, outcomes: &[Outcome]) -> u32 {
+    /// `prune_follows`: a `Prune` later in the same entry may have taken a
+    /// delivery out after its outcome was judged; what it took waits
+    /// beside the state until the entry is done. (A delivery a prune
+    /// before the outcomes took out is not judged: its outcome is ignored.)
+    fn expected_stale(state: &ClusterState, node_id: NodeId, outcomes: &[Outcome], prune_follows: bool) -> u32 {
         let mut stale = 0;
         for outcome in outcomes {
-            let Some(delivery) = state.deliveries.get(&outcome.delivery_id) else { continue };
+            let retired = || {
+                prune_follows.then(|| state.retired().deliveries.iter().find(|d| d.id == outcome.delivery_id)).flatten()
+            };
+            let Some(delivery) = state.deliveries.get(&outcome.delivery_id).or_else(retired) else { continue };
             let endpoint = &delivery.endpoint_id;
             let grant = state.shards[endpoint.shard() as usize];
             if outcome.shard != endpoint.shard() || grant.token != outcome.token || grant.owner != Some(node_id) {
@@ -50,15 +57,26 @@ impl FencingTap {
         stale
     }
 
-    fn observe(&self, state: &ClusterState, command: &Command, response: &Response, grants_settled: bool) {
+    fn observe(
+        &self,
+        state: &ClusterState,
+        command: &Command,
+        response: &Response,
+        grants_settled: bool,
+        prune_follows: bool,
+    ) {
         match (command, response) {
             (Command::Batch(commands), Response::Batch(responses)) => {
                 // Grants change only through AssignShards, RevokeShards and ForgetNode; when a
                 // batch holds one, the state after the batch no longer shows
                 // the grants its outcomes were judged against.
                 let settled = grants_settled && !commands.iter().any(changes_grants);
-                for (command, response) in commands.iter().zip(responses) {
-                    self.observe(state, command, response, settled);
+                let is_prune = |c: &Command| matches!(c, Command::Prune { .. });
+                for (i, (command, response)) in commands.iter().zip(responses).enumerate() {
+                    // What a prune took out is judged only when every prune
+                    // of the entry came after these outcomes.
+                    let prune_follows = !commands[..i].iter().any(is_prune) && commands[i + 1..].iter().any(is_prune);
+                    self.observe(state, command, response, settled, prune_follows);
                 }
             }
             (
@@ -68,7 +86,7 @@ impl FencingTap {
                 self.trace
                     .record(format!("apply outcomes n{node_id} applied={applied} stale={stale} ignored={ignored}"));
                 if grants_settled {
-                    let expected = Self::expected_stale(state, *node_id, outcomes);
+                    let expected = Self::expected_stale(state, *node_id, outcomes, prune_follows);
                     if expected != *stale {
                         let detail = format!(
                             "node {node_id} reported {} outcomes: {expected} stale by their tokens, apply rejected {stale}",
@@ -90,6 +108,6 @@ impl FencingTap {
 
 impl ApplyObserver for FencingTap {
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
-        self.observe(state, command, response, true);
+        self.observe(state, command, response, true, false);
     }
 }

@@ -1,6 +1,8 @@
 //! No acknowledged event is lost: after the heal phase, every delivery an
 //! acknowledgement named exists and is delivered or dead-lettered, and a
-//! delivered one reached its receiver with a 2xx.
+//! delivered one reached its receiver with a 2xx. An event retention
+//! forgot counts as it was pruned (the `pruned` tap checked the prune
+//! itself): its deliveries must have ended the same way.
 
 use std::collections::BTreeSet;
 
@@ -9,10 +11,11 @@ use hookraft_core::model::DeliveryState;
 use hookraft_core::state::ClusterState;
 
 use super::Violation;
+use super::pruned::Pruned;
 use crate::receivers::SendRecord;
 use crate::workload::Ledger;
 
-pub fn check(ledger: &Ledger, state: &ClusterState, sends: &[SendRecord]) -> Vec<Violation> {
+pub fn check(ledger: &Ledger, state: &ClusterState, pruned: &Pruned, sends: &[SendRecord]) -> Vec<Violation> {
     let answered: BTreeSet<&str> = sends
         .iter()
         .filter(|s| s.answered.is_some_and(|c| (200..300).contains(&c)))
@@ -20,7 +23,12 @@ pub fn check(ledger: &Ledger, state: &ClusterState, sends: &[SendRecord]) -> Vec
         .collect();
     let mut found = Vec::new();
     for (event, deliveries) in &ledger.acked {
-        if !EventId::parse(event).is_ok_and(|id| state.events.contains_key(&id)) {
+        let Ok(event_id) = EventId::parse(event) else {
+            found.push(Violation::safety("lost", format!("acknowledged event {event} has a bad id")));
+            continue;
+        };
+        let forgotten = !state.events.contains_key(&event_id);
+        if forgotten && !pruned.events.contains_key(&event_id) {
             found.push(Violation::safety("lost", format!("acknowledged event {event} is not in the state")));
             continue;
         }
@@ -32,7 +40,8 @@ pub fn check(ledger: &Ledger, state: &ClusterState, sends: &[SendRecord]) -> Vec
                 ));
                 continue;
             };
-            match state.deliveries.get(&id).map(|d| d.state) {
+            let record = if forgotten { pruned.delivery(&id) } else { state.deliveries.get(&id).map(|d| &**d) };
+            match record.map(|d| d.state) {
                 None => found
                     .push(Violation::safety("lost", format!("delivery {delivery} of {event} to {endpoint} is gone"))),
                 Some(DeliveryState::Delivered) if !answered.contains(delivery.as_str()) => {

@@ -6,9 +6,41 @@ pub mod fencing;
 pub mod liveness;
 pub mod lost;
 pub mod one_sender;
+pub mod pruned;
 pub mod replicas;
 pub mod signatures;
 pub mod timeline;
+
+use hookraft_core::command::{Command, Response};
+use hookraft_core::state::ClusterState;
+use hookraft_raft::ApplyObserver;
+
+use crate::trace::Trace;
+
+/// The checkers that watch every node's applies as they happen.
+pub struct Taps {
+    pub fencing: fencing::FencingTap,
+    pub pruned: pruned::PruneTap,
+}
+
+impl Taps {
+    pub fn new(trace: Trace) -> Self {
+        Self { fencing: fencing::FencingTap::new(trace.clone()), pruned: pruned::PruneTap::new(trace) }
+    }
+
+    pub fn violations(&self) -> Vec<Violation> {
+        let mut found = self.fencing.violations();
+        found.extend(self.pruned.violations());
+        found
+    }
+}
+
+impl ApplyObserver for Taps {
+    fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
+        self.fencing.applied(state, command, response);
+        self.pruned.observe(state, command, response);
+    }
+}
 
 /// Whether a violation breaks safety (something wrong happened) or
 /// liveness (something right did not happen in time).

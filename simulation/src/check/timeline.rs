@@ -1,18 +1,20 @@
 //! Timelines are append-only and agree with the receivers: a timeline seen
 //! earlier is a prefix of the final one, and an attempt the receiver
 //! answered 2xx in time is never recorded as failed under the same token.
+//! A delivery retention forgot is compared as its prune took it out.
 
 use hookraft_core::ids::DeliveryId;
 use hookraft_core::model::TimelineEntry;
 use hookraft_core::state::ClusterState;
 
 use super::Violation;
+use super::pruned::Pruned;
 use crate::receivers::SendRecord;
 
-pub fn check(earlier: &ClusterState, last: &ClusterState, sends: &[SendRecord]) -> Vec<Violation> {
+pub fn check(earlier: &ClusterState, last: &ClusterState, pruned: &Pruned, sends: &[SendRecord]) -> Vec<Violation> {
     let mut found = Vec::new();
     for (id, before) in &earlier.deliveries {
-        let Some(after) = last.deliveries.get(id) else {
+        let Some(after) = last.deliveries.get(id).map(|d| &**d).or_else(|| pruned.delivery(id)) else {
             found.push(Violation::safety("timeline", format!("delivery {id} disappeared")));
             continue;
         };
@@ -22,7 +24,7 @@ pub fn check(earlier: &ClusterState, last: &ClusterState, sends: &[SendRecord]) 
     }
     for send in sends.iter().filter(|s| s.in_time && s.answered.is_some_and(|c| (200..300).contains(&c))) {
         let Ok(id) = DeliveryId::parse(&send.delivery_id) else { continue };
-        let Some(delivery) = last.deliveries.get(&id) else { continue };
+        let Some(delivery) = last.deliveries.get(&id).map(|d| &**d).or_else(|| pruned.delivery(&id)) else { continue };
         for entry in &delivery.history {
             let TimelineEntry::Attempt { attempt, .. } = entry else { continue };
             let same = attempt.node_id == send.origin.node_id

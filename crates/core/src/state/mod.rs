@@ -135,6 +135,12 @@ impl ClusterState {
         }
     }
 
+    /// What the applies since the last [`take_retired`](Self::take_retired)
+    /// took out of the state, for an observer of applies to look at.
+    pub fn retired(&self) -> &Retired {
+        &self.retired
+    }
+
     /// What the applies since the last call took out of the state; drop
     /// it after releasing the state's lock (or leave it: the next apply's
     /// records join it).

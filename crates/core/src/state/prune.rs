@@ -29,7 +29,12 @@ impl ClusterState {
             let Some(event) = self.events.remove(event_id) else { continue };
             for delivery_id in &event.deliveries {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {
+                    #[cfg(not(feature = "break"))]
                     debug_assert!(delivery.state.is_terminal());
+                    #[cfg(feature = "break")]
+                    if let Some(active) = self.active.get_mut(&delivery.endpoint_id) {
+                        active.remove(delivery_id);
+                    }
                     deliveries += 1;
                     self.retired.deliveries.push(delivery);
                 }
@@ -56,8 +61,11 @@ impl ClusterState {
             // give or take clock skew.
             .take_while(move |(id, event)| id.created_at_ms() < before_ms || event.received_at_ms < before_ms)
             .filter(move |(_, event)| {
-                event.received_at_ms < before_ms
-                    && event.deliveries.iter().all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal()))
+                let over =
+                    event.deliveries.iter().all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal()));
+                #[cfg(feature = "break")]
+                let over = over || crate::breaks::prune_active();
+                event.received_at_ms < before_ms && over
             })
             .map(|(id, _)| *id)
             .take(max_events)

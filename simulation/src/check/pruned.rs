@@ -1,0 +1,193 @@
+//! Retention forgets only finished work: every event a `Prune` removes was
+//! received before the prune's cut-off and every delivery it had is
+//! delivered or dead, and a prune removes nothing else. Checked on every
+//! node as it applies, from the records the apply took out (kept beside
+//! the state until the state machine drops them), independently of how
+//! `apply` chose them.
+//!
+//! The records it saw are kept: the other checkers look up an
+//! acknowledged event that is no longer in the state here, and accept its
+//! absence only when it was pruned this way.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use hookraft_core::command::{Command, Response};
+use hookraft_core::ids::{DeliveryId, EventId};
+use hookraft_core::model::{Delivery, DeliveryState};
+use hookraft_core::state::ClusterState;
+
+use super::Violation;
+use crate::trace::Trace;
+
+/// An event as a `Prune` removed it, with its deliveries as they were.
+#[derive(Debug, Clone)]
+pub struct PrunedEvent {
+    pub received_at_ms: u64,
+    pub idempotency_key: Option<String>,
+    pub deliveries: BTreeMap<DeliveryId, Delivery>,
+}
+
+/// What the prunes of a run removed, first as seen on any node.
+#[derive(Debug, Clone, Default)]
+pub struct Pruned {
+    pub events: BTreeMap<EventId, PrunedEvent>,
+    /// The event each pruned delivery was pruned with.
+    by_delivery: BTreeMap<DeliveryId, EventId>,
+}
+
+impl Pruned {
+    /// The delivery as it was pruned, if it was.
+    pub fn delivery(&self, id: &DeliveryId) -> Option<&Delivery> {
+        self.events.get(self.by_delivery.get(id)?)?.deliveries.get(id)
+    }
+
+    fn insert(&mut self, id: EventId, record: PrunedEvent) {
+        if self.events.contains_key(&id) {
+            return;
+        }
+        self.by_delivery.extend(record.deliveries.keys().map(|d| (*d, id)));
+        self.events.insert(id, record);
+    }
+
+    /// When the first pruned event that `key` created was received. A
+    /// key is free again once its event is pruned, so a producer's retry
+    /// that outlived the retention made a second event under it.
+    pub fn received_by_key(&self) -> BTreeMap<&str, u64> {
+        let mut first = BTreeMap::new();
+        for event in self.events.values() {
+            if let Some(key) = event.idempotency_key.as_deref() {
+                first
+                    .entry(key)
+                    .and_modify(|at: &mut u64| *at = (*at).min(event.received_at_ms))
+                    .or_insert(event.received_at_ms);
+            }
+        }
+        first
+    }
+}
+
+/// The cut-off of every `Prune` in `command`: the latest, if there is one.
+fn cut_off(command: &Command) -> Option<u64> {
+    match command {
+        Command::Prune { before_ms, .. } => Some(*before_ms),
+        Command::Batch(commands) => commands.iter().filter_map(cut_off).max(),
+        _ => None,
+    }
+}
+
+/// What `response` says the prunes in it removed: (events, deliveries).
+fn reported(response: &Response) -> (u64, u64) {
+    match response {
+        Response::Pruned { events, deliveries } => (u64::from(*events), u64::from(*deliveries)),
+        Response::Batch(responses) => responses.iter().map(reported).fold((0, 0), |(e, d), (e2, d2)| (e + e2, d + d2)),
+        _ => (0, 0),
+    }
+}
+
+/// Observes what every node's applies take out of the state.
+pub struct PruneTap {
+    inner: Mutex<(Pruned, Vec<Violation>)>,
+    trace: Trace,
+}
+
+impl PruneTap {
+    pub fn new(trace: Trace) -> Self {
+        Self { inner: Mutex::default(), trace }
+    }
+
+    pub fn pruned(&self) -> Pruned {
+        self.with(Pruned::clone)
+    }
+
+    /// Calls `f` with what was pruned so far.
+    pub fn with<T>(&self, f: impl FnOnce(&Pruned) -> T) -> T {
+        f(&self.inner.lock().unwrap_or_else(|p| p.into_inner()).0)
+    }
+
+    pub fn violations(&self) -> Vec<Violation> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+
+    pub fn observe(&self, state: &ClusterState, command: &Command, response: &Response) {
+        let retired = state.retired();
+        let cut_off = cut_off(command);
+        if retired.events.is_empty() && retired.deliveries.is_empty() && cut_off.is_none() {
+            return;
+        }
+        let mut found = Vec::new();
+        let Some(before_ms) = cut_off else {
+            found.push(Violation::safety(
+                "pruned",
+                format!(
+                    "an apply that holds no Prune took out {} events and {} deliveries",
+                    retired.events.len(),
+                    retired.deliveries.len()
+                ),
+            ));
+            self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.extend(found);
+            return;
+        };
+        let taken = (retired.events.len() as u64, retired.deliveries.len() as u64);
+        if taken != reported(response) {
+            found.push(Violation::safety(
+                "pruned",
+                format!("a prune answered {:?} (events, deliveries) but took out {taken:?}", reported(response)),
+            ));
+        }
+        let mut deliveries: BTreeMap<DeliveryId, &Delivery> = retired.deliveries.iter().map(|d| (d.id, &**d)).collect();
+        let mut events = BTreeMap::new();
+        for event in &retired.events {
+            if event.received_at_ms >= before_ms {
+                found.push(Violation::safety(
+                    "pruned",
+                    format!(
+                        "event {} received at {} was pruned with a cut-off of {before_ms}",
+                        event.id, event.received_at_ms
+                    ),
+                ));
+            }
+            let mut kept = BTreeMap::new();
+            for id in &event.deliveries {
+                match deliveries.remove(id) {
+                    Some(delivery) => {
+                        if !matches!(delivery.state, DeliveryState::Delivered | DeliveryState::Dead) {
+                            found.push(Violation::safety(
+                                "pruned",
+                                format!(
+                                    "event {} was pruned while its delivery {id} was {}",
+                                    event.id,
+                                    delivery.state.as_str()
+                                ),
+                            ));
+                        }
+                        kept.insert(*id, delivery.clone());
+                    }
+                    None if state.deliveries.contains_key(id) => found.push(Violation::safety(
+                        "pruned",
+                        format!("event {} was pruned but its delivery {id} stayed", event.id),
+                    )),
+                    None => found.push(Violation::safety(
+                        "pruned",
+                        format!("event {} named a delivery {id} the state did not hold", event.id),
+                    )),
+                }
+            }
+            let record = PrunedEvent {
+                received_at_ms: event.received_at_ms,
+                idempotency_key: event.idempotency_key.as_deref().map(str::to_owned),
+                deliveries: kept,
+            };
+            events.insert(event.id, record);
+        }
+        for id in deliveries.keys() {
+            found.push(Violation::safety("pruned", format!("delivery {id} was pruned without its event")));
+        }
+        self.trace.record(format!("apply prune before={before_ms} events={} deliveries={}", taken.0, taken.1));
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, record) in events {
+            inner.0.insert(id, record);
+        }
+        inner.1.extend(found);
+    }
+}
