@@ -19,6 +19,7 @@ impl ClusterState {
             return Response::Conflict { detail: format!("endpoint {} already exists", endpoint.id) };
         }
         self.endpoints.insert(endpoint.id, endpoint.clone());
+        self.fanout.invalidate();
         Response::Ok
     }
 
@@ -63,7 +64,10 @@ impl ClusterState {
             }
         }
         endpoint.updated_at_ms = now_ms;
-        if endpoint.disabled {
+        let disabled = endpoint.disabled;
+        // Its types or whether it is enabled may have changed.
+        self.fanout.invalidate();
+        if disabled {
             self.dead_letter_active(id, "endpoint disabled", now_ms);
         }
         Response::Ok
@@ -77,6 +81,7 @@ impl ClusterState {
         }
         self.dead_letter_active(id, "endpoint deleted", now_ms);
         self.endpoints.remove(id);
+        self.fanout.invalidate();
         Response::Ok
     }
 

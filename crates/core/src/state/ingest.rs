@@ -34,12 +34,7 @@ impl ClusterState {
                 targets.dedup();
                 targets
             }
-            None => self
-                .endpoints
-                .values()
-                .filter(|e| !e.disabled && e.subscribes_to(&new.event_type))
-                .map(|e| (e.id, false))
-                .collect(),
+            None => self.fanout.targets(&self.endpoints, &new.event_type).into_iter().map(|id| (id, false)).collect(),
         };
 
         let mut created = Vec::with_capacity(targets.len());

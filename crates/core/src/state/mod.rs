@@ -4,10 +4,12 @@
 //!
 //! `apply` never reads a clock or an RNG, and only ordered maps are iterated,
 //! so replicas that apply the same log hold the same state. Split by command
-//! family: `endpoints`, `ingest`, `outcomes`, `replay`, `cluster`, `prune`.
+//! family: `endpoints`, `ingest` (with its `fanout` index), `outcomes`,
+//! `replay`, `cluster`, `prune`.
 
 mod cluster;
 mod endpoints;
+mod fanout;
 mod ingest;
 mod outcomes;
 mod prune;
@@ -53,6 +55,10 @@ pub struct ClusterState {
     /// compared, empty in a clone.
     #[serde(skip)]
     retired: Retired,
+    /// Which endpoints each event type fans out to: derived from
+    /// `endpoints`, never encoded or compared ([`fanout::Fanout`]).
+    #[serde(skip)]
+    fanout: fanout::Fanout,
 }
 
 /// Records taken out of the state by an apply, not yet dropped.
@@ -107,6 +113,7 @@ impl Default for ClusterState {
             last_token: 0,
             outcomes_rejected_stale: 0,
             retired: Retired::default(),
+            fanout: fanout::Fanout::default(),
         }
     }
 }

@@ -114,6 +114,7 @@ impl ClusterState {
                 endpoint.disabled = true;
                 endpoint.disabled_reason = Some("the endpoint answered 410 Gone".into());
                 endpoint.updated_at_ms = now_ms;
+                self.fanout.invalidate();
             }
         }
         if gone {

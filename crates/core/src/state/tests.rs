@@ -106,6 +106,63 @@ fn fan_out_follows_event_types_and_skips_disabled_endpoints() {
     state.check_invariants().unwrap();
 }
 
+/// The endpoints one event of `event_type` was delivered to.
+fn fanned_out_to(state: &mut ClusterState, rng: &mut StdRng, event_type: &str) -> BTreeSet<EndpointId> {
+    let events = vec![event(rng, event_type, None, None)];
+    match state.apply(&Command::IngestEvents { now_ms: 5, events }) {
+        Response::Ingested { results } => match results.into_iter().next() {
+            Some(IngestResult::Created { deliveries, .. }) => deliveries.into_iter().map(|(_, e)| e).collect(),
+            other => panic!("expected Created, got {other:?}"),
+        },
+        other => panic!("expected Ingested, got {other:?}"),
+    }
+}
+
+#[test]
+fn fan_out_follows_every_change_of_the_endpoints_and_a_decoded_state() {
+    let mut rng = StdRng::seed_from_u64(2);
+    let a = endpoint(&mut rng, Some(&["a"]));
+    let b = endpoint(&mut rng, Some(&["b", "b"]));
+    let all = endpoint(&mut rng, None);
+    let mut state = state_with(&[a.clone(), b.clone(), all.clone()]);
+    let patch = |state: &mut ClusterState, id: EndpointId, patch: EndpointPatch| {
+        assert_eq!(state.apply(&Command::UpdateEndpoint { id, patch, now_ms: 6 }), Response::Ok);
+    };
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "a"), BTreeSet::from([a.id, all.id]));
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "b"), BTreeSet::from([b.id, all.id]));
+
+    patch(
+        &mut state,
+        b.id,
+        EndpointPatch { event_types: Some(Some(vec!["a".into(), "b".into()])), ..Default::default() },
+    );
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "a"), BTreeSet::from([a.id, b.id, all.id]), "b's new types");
+    patch(&mut state, a.id, EndpointPatch { disabled: Some(true), ..Default::default() });
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "a"), BTreeSet::from([b.id, all.id]), "a disabled");
+    patch(&mut state, a.id, EndpointPatch { disabled: Some(false), ..Default::default() });
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "a"), BTreeSet::from([a.id, b.id, all.id]), "a enabled");
+    assert_eq!(state.apply(&Command::DeleteEndpoint { id: all.id, now_ms: 7 }), Response::Ok);
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "a"), BTreeSet::from([a.id, b.id]), "all deleted");
+    let c = endpoint(&mut rng, Some(&["c"]));
+    assert_eq!(state.apply(&Command::RegisterEndpoint { endpoint: Box::new(c.clone()) }), Response::Ok);
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "c"), BTreeSet::from([c.id]), "c registered");
+
+    // A state decoded from its encoding (a snapshot) holds no index: it
+    // builds one from its endpoints.
+    let bytes = bincode::serde::encode_to_vec(&state, bincode::config::standard()).expect("encodes");
+    let (mut decoded, _): (ClusterState, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes");
+    assert_eq!(fanned_out_to(&mut decoded, &mut rng, "a"), BTreeSet::from([a.id, b.id]));
+
+    // b answers 410 Gone: disabled, out of the fan-out.
+    let pending = state.active[&b.id].iter().next().copied().expect("b has deliveries");
+    let gone = outcome(&state, &pending, Some(410), Decision::Gone);
+    state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 8, outcomes: vec![gone] });
+    assert!(state.endpoints[&b.id].disabled);
+    assert_eq!(fanned_out_to(&mut state, &mut rng, "a"), BTreeSet::from([a.id]), "b gone");
+    state.check_invariants().unwrap();
+}
+
 #[test]
 fn explicit_targets_ignore_types_and_dead_letter_disabled_endpoints() {
     let mut rng = StdRng::seed_from_u64(2);
@@ -318,7 +375,11 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
         4 if !endpoint_ids.is_empty() => {
             let id = endpoint_ids[rng.random_range(0..endpoint_ids.len())];
             if rng.random_bool(0.5) {
-                let patch = EndpointPatch { disabled: Some(rng.random_bool(0.5)), ..Default::default() };
+                let mut patch = EndpointPatch { disabled: Some(rng.random_bool(0.5)), ..Default::default() };
+                if rng.random_bool(0.5) {
+                    let types = [None, Some(vec!["a".to_string()]), Some(vec!["b".to_string()])];
+                    patch.event_types = Some(types[rng.random_range(0..types.len())].clone());
+                }
                 Command::UpdateEndpoint { id, patch, now_ms }
             } else {
                 Command::Replay {
@@ -347,6 +408,12 @@ proptest! {
             let a = leader.apply(&command);
             let b = follower.apply(&command);
             prop_assert_eq!(a, b);
+            if pick % 7 == 0 {
+                // The follower installs the leader's state as a snapshot:
+                // decoded, it holds none of the leader's derived indexes.
+                let bytes = bincode::serde::encode_to_vec(&leader, bincode::config::standard()).expect("encodes");
+                follower = bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes").0;
+            }
             prop_assert!(leader.check_invariants().is_ok(), "{:?}", leader.check_invariants());
         }
         prop_assert_eq!(&leader, &follower);
