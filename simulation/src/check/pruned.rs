@@ -1,5 +1,6 @@
-//! Retention forgets only finished work: every event a `Prune` removes was
-//! received before the prune's cut-off and every delivery it had is
+//! Retention forgets only finished work: a `Prune`'s cut-off is at least
+//! the retention before the time it was proposed at, every event it
+//! removes was received before that cut-off, and every delivery it had is
 //! delivered or dead, and a prune removes nothing else. Checked on every
 //! node as it applies, from the records the apply took out (kept beside
 //! the state until the state machine drops them), independently of how
@@ -18,6 +19,7 @@ use hookraft_core::model::{Delivery, DeliveryState};
 use hookraft_core::state::ClusterState;
 
 use super::Violation;
+use crate::cluster::RETENTION_MS;
 use crate::trace::Trace;
 
 /// An event as a `Prune` removed it, with its deliveries as they were.
@@ -76,6 +78,18 @@ fn cut_off(command: &Command) -> Option<u64> {
     }
 }
 
+/// The prunes in `command` whose cut-off is less than the retention before
+/// the time they were proposed at: (now_ms, before_ms) of each.
+fn too_young(command: &Command) -> Vec<(u64, u64)> {
+    match command {
+        Command::Prune { now_ms, before_ms, .. } if now_ms.saturating_sub(*before_ms) < RETENTION_MS => {
+            vec![(*now_ms, *before_ms)]
+        }
+        Command::Batch(commands) => commands.iter().flat_map(too_young).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// What `response` says the prunes in it removed: (events, deliveries).
 fn reported(response: &Response) -> (u64, u64) {
     match response {
@@ -115,7 +129,13 @@ impl PruneTap {
         if retired.events.is_empty() && retired.deliveries.is_empty() && cut_off.is_none() {
             return;
         }
-        let mut found = Vec::new();
+        let mut found: Vec<Violation> = too_young(command)
+            .into_iter()
+            .map(|(now_ms, before_ms)| {
+                let detail = format!("a prune at {now_ms} cut off at {before_ms}, less than the retention before it");
+                Violation::safety("pruned", detail)
+            })
+            .collect();
         let Some(before_ms) = cut_off else {
             found.push(Violation::safety(
                 "pruned",
