@@ -254,7 +254,7 @@ fn settled(cluster: &Cluster, workload: &Workload, pruned: &check::pruned::Prune
             ledger.acked.values().flatten().all(|(delivery, _)| {
                 hookraft_core::ids::DeliveryId::parse(delivery)
                     .ok()
-                    .and_then(|id| state.deliveries.get(&id).map(|d| &**d).or_else(|| pruned.delivery(&id)))
+                    .and_then(|id| pruned.kept_or_pruned(state, &id))
                     .is_some_and(|d| d.state.is_terminal())
             })
         })

@@ -44,6 +44,11 @@ impl Pruned {
         self.events.get(self.by_delivery.get(id)?)?.deliveries.get(id)
     }
 
+    /// The delivery as `state` holds it, or else as it was pruned.
+    pub fn kept_or_pruned<'a>(&'a self, state: &'a ClusterState, id: &DeliveryId) -> Option<&'a Delivery> {
+        state.deliveries.get(id).map(|d| &**d).or_else(|| self.delivery(id))
+    }
+
     fn insert(&mut self, id: EventId, record: PrunedEvent) {
         if self.events.contains_key(&id) {
             return;
@@ -69,23 +74,11 @@ impl Pruned {
     }
 }
 
-/// The cut-off of every `Prune` in `command`: the latest, if there is one.
-fn cut_off(command: &Command) -> Option<u64> {
+/// Every `Prune` in `command`: the time it was proposed at and its cut-off.
+fn prunes(command: &Command) -> Vec<(u64, u64)> {
     match command {
-        Command::Prune { before_ms, .. } => Some(*before_ms),
-        Command::Batch(commands) => commands.iter().filter_map(cut_off).max(),
-        _ => None,
-    }
-}
-
-/// The prunes in `command` whose cut-off is less than the retention before
-/// the time they were proposed at: (now_ms, before_ms) of each.
-fn too_young(command: &Command) -> Vec<(u64, u64)> {
-    match command {
-        Command::Prune { now_ms, before_ms, .. } if now_ms.saturating_sub(*before_ms) < RETENTION_MS => {
-            vec![(*now_ms, *before_ms)]
-        }
-        Command::Batch(commands) => commands.iter().flat_map(too_young).collect(),
+        Command::Prune { now_ms, before_ms, .. } => vec![(*now_ms, *before_ms)],
+        Command::Batch(commands) => commands.iter().flat_map(prunes).collect(),
         _ => Vec::new(),
     }
 }
@@ -125,18 +118,20 @@ impl PruneTap {
 
     pub fn observe(&self, state: &ClusterState, command: &Command, response: &Response) {
         let retired = state.retired();
-        let cut_off = cut_off(command);
-        if retired.events.is_empty() && retired.deliveries.is_empty() && cut_off.is_none() {
+        let prunes = prunes(command);
+        if retired.is_empty() && prunes.is_empty() {
             return;
         }
-        let mut found: Vec<Violation> = too_young(command)
-            .into_iter()
+        let mut found: Vec<Violation> = prunes
+            .iter()
+            .filter(|(now_ms, before_ms)| now_ms.saturating_sub(*before_ms) < RETENTION_MS)
             .map(|(now_ms, before_ms)| {
                 let detail = format!("a prune at {now_ms} cut off at {before_ms}, less than the retention before it");
                 Violation::safety("pruned", detail)
             })
             .collect();
-        let Some(before_ms) = cut_off else {
+        // The latest cut-off of the entry's prunes.
+        let Some(before_ms) = prunes.iter().map(|(_, before_ms)| *before_ms).max() else {
             found.push(Violation::safety(
                 "pruned",
                 format!(

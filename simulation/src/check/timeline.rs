@@ -14,7 +14,7 @@ use crate::receivers::SendRecord;
 pub fn check(earlier: &ClusterState, last: &ClusterState, pruned: &Pruned, sends: &[SendRecord]) -> Vec<Violation> {
     let mut found = Vec::new();
     for (id, before) in &earlier.deliveries {
-        let Some(after) = last.deliveries.get(id).map(|d| &**d).or_else(|| pruned.delivery(id)) else {
+        let Some(after) = pruned.kept_or_pruned(last, id) else {
             found.push(Violation::safety("timeline", format!("delivery {id} disappeared")));
             continue;
         };
@@ -24,7 +24,7 @@ pub fn check(earlier: &ClusterState, last: &ClusterState, pruned: &Pruned, sends
     }
     for send in sends.iter().filter(|s| s.in_time && s.answered.is_some_and(|c| (200..300).contains(&c))) {
         let Ok(id) = DeliveryId::parse(&send.delivery_id) else { continue };
-        let Some(delivery) = last.deliveries.get(&id).map(|d| &**d).or_else(|| pruned.delivery(&id)) else { continue };
+        let Some(delivery) = pruned.kept_or_pruned(last, &id) else { continue };
         for entry in &delivery.history {
             let TimelineEntry::Attempt { attempt, .. } = entry else { continue };
             let same = attempt.node_id == send.origin.node_id

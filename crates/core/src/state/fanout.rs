@@ -62,12 +62,10 @@ impl Fanout {
         let index = self.index.get_or_insert_with(|| Index::build(endpoints));
         let listed = index.by_type.get(event_type).map(Vec::as_slice).unwrap_or_default();
         let mut targets = Vec::with_capacity(listed.len() + index.every_type.len());
-        if index.every_type.is_empty() {
-            targets.extend_from_slice(listed);
-        } else {
-            targets.extend_from_slice(listed);
-            targets.extend_from_slice(&index.every_type);
+        targets.extend_from_slice(listed);
+        if !index.every_type.is_empty() {
             // No endpoint is in both: one with a list is never in `every_type`.
+            targets.extend_from_slice(&index.every_type);
             targets.sort_unstable();
         }
         debug_assert_eq!(targets, scan(endpoints, event_type), "the fan-out index is stale");
