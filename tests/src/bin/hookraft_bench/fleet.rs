@@ -1,4 +1,4 @@
-//! The receiver fleet: one axum server on loopback standing in for every
+//! The receiver fleet: one HTTP/1.1 server on loopback standing in for every
 //! customer endpoint of a scenario, counting what arrives per endpoint and
 //! `webhook-id`, and measuring end-to-end latency.
 //!
@@ -11,6 +11,12 @@
 //! Every payload the load generator sends starts with `{"t":<ns>` (when it
 //! was posted, in nanoseconds since the fleet's origin), so the first arrival
 //! of each `(endpoint, webhook-id)` yields one end-to-end latency sample.
+//!
+//! The server is a small keep-alive loop over `httparse` rather than a web
+//! framework: the fleet shares the machine's cores with the node it measures,
+//! and every microsecond it spends on a webhook is one the node does not get.
+//! It understands what a webhook sender sends (`POST` with a
+//! `content-length`), answers anything else with a 4xx and closes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,11 +24,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 /// How long a `hang` endpoint holds a request.
 pub const HANG_FOR: Duration = Duration::from_secs(120);
@@ -71,12 +74,21 @@ impl Fleet {
             received_unhealthy: AtomicU64::new(0),
             seen: Mutex::new(seen),
         });
-        let app = Router::new().route("/{behaviour}/{index}", post(receive)).with_state(fleet.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("bind the receiver fleet")?;
+        let listener = TcpListener::bind("127.0.0.1:0").await.context("bind the receiver fleet")?;
         let addr = listener.local_addr()?;
+        let serving = fleet.clone();
         tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                eprintln!("receiver fleet stopped: {error}");
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        tokio::spawn(serve_connection(serving.clone(), stream));
+                    }
+                    Err(error) => {
+                        // Out of descriptors, say: the senders retry.
+                        eprintln!("receiver fleet cannot accept: {error}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
             }
         });
         Ok((fleet, format!("http://{addr}")))
@@ -139,37 +151,174 @@ impl Fleet {
             seen.last_first_arrival = seen.last_first_arrival.max(now);
         }
     }
+
+    /// Counts a request to `endpoint` and says what to answer.
+    fn answer(&self, endpoint: Option<(Behaviour, u32)>, webhook_id: &str, body: &[u8]) -> Answer {
+        let Some((behaviour, index)) = endpoint else { return Answer::Now(NOT_FOUND) };
+        match behaviour {
+            Behaviour::Down if self.down.load(Ordering::SeqCst) => Answer::Now(UNAVAILABLE),
+            Behaviour::Ok | Behaviour::Down => {
+                self.received.fetch_add(1, Ordering::Relaxed);
+                self.record(index, webhook_id, body);
+                Answer::Now(OK)
+            }
+            Behaviour::Hang => {
+                self.received_unhealthy.fetch_add(1, Ordering::Relaxed);
+                Answer::Hang
+            }
+            Behaviour::Fail => {
+                self.received_unhealthy.fetch_add(1, Ordering::Relaxed);
+                Answer::Now(SERVER_ERROR)
+            }
+        }
+    }
 }
 
-async fn receive(
-    State(fleet): State<Arc<Fleet>>,
-    Path((behaviour, index)): Path<(String, u32)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    let webhook_id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    match behaviour.as_str() {
-        "ok" => {
-            fleet.received.fetch_add(1, Ordering::Relaxed);
-            fleet.record(index, webhook_id, &body);
-            StatusCode::OK
+/// What an endpoint's path asks of the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Behaviour {
+    Ok,
+    Hang,
+    Fail,
+    Down,
+}
+
+/// The endpoint a path names: `/{behaviour}/{index}`.
+fn route(path: &str) -> Option<(Behaviour, u32)> {
+    let (behaviour, index) = path.strip_prefix('/')?.split_once('/')?;
+    let behaviour = match behaviour {
+        "ok" => Behaviour::Ok,
+        "hang" => Behaviour::Hang,
+        "fail" => Behaviour::Fail,
+        "down" => Behaviour::Down,
+        _ => return None,
+    };
+    Some((behaviour, index.parse().ok()?))
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+const NOT_FOUND: &[u8] = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n";
+const SERVER_ERROR: &[u8] = b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n";
+const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
+// Answers to what the fleet does not take; each closes the connection.
+const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+const NOT_POST: &[u8] = b"HTTP/1.1 405 Method Not Allowed\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+const LENGTH_REQUIRED: &[u8] = b"HTTP/1.1 411 Length Required\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+const TOO_LARGE: &[u8] = b"HTTP/1.1 413 Content Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+const HEAD_TOO_LARGE: &[u8] =
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+
+/// The largest request head and body the fleet reads.
+const HEAD_BYTES_MAX: usize = 16 * 1024;
+const BODY_BYTES_MAX: usize = 4 << 20;
+/// Room asked for before each read.
+const READ_CHUNK: usize = 8 * 1024;
+/// Headers parsed per request; a sender's webhook carries about ten.
+const HEADERS_MAX: usize = 32;
+
+/// What to send back for one request.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Now(&'static [u8]),
+    /// Hold the connection for [`HANG_FOR`], then answer 200.
+    Hang,
+}
+
+/// A complete request head, by offsets into the bytes it was parsed from.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    /// Bytes of the head; the body follows.
+    len: usize,
+    body_len: usize,
+    endpoint: Option<(Behaviour, u32)>,
+    /// Where the `webhook-id` value lies (empty when absent).
+    webhook_id: std::ops::Range<usize>,
+    /// The sender asked to close after the answer.
+    close: bool,
+}
+
+/// Reading a request head: complete, not yet, or refused with an answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed {
+    Head(Head),
+    Partial,
+    Refused(&'static [u8]),
+}
+
+fn parse_head(bytes: &[u8]) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut request = httparse::Request::new(&mut headers);
+    let len = match request.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if bytes.len() > HEAD_BYTES_MAX => return Parsed::Refused(HEAD_TOO_LARGE),
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(httparse::Error::TooManyHeaders) => return Parsed::Refused(HEAD_TOO_LARGE),
+        Err(_) => return Parsed::Refused(BAD_REQUEST),
+    };
+    if request.method != Some("POST") {
+        return Parsed::Refused(NOT_POST);
+    }
+    let (mut body_len, mut webhook_id, mut close) = (None, 0..0, false);
+    for header in request.headers.iter() {
+        let name = header.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let Some(n) = std::str::from_utf8(header.value).ok().and_then(|v| v.trim().parse::<usize>().ok()) else {
+                return Parsed::Refused(BAD_REQUEST);
+            };
+            body_len = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // A sender that knows its body's length says so; no chunked bodies here.
+            return Parsed::Refused(LENGTH_REQUIRED);
+        } else if name.eq_ignore_ascii_case("webhook-id") {
+            let at = header.value.as_ptr() as usize - bytes.as_ptr() as usize;
+            webhook_id = at..at + header.value.len();
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = header.value.eq_ignore_ascii_case(b"close");
         }
-        "down" if fleet.down.load(Ordering::SeqCst) => StatusCode::SERVICE_UNAVAILABLE,
-        "down" => {
-            fleet.received.fetch_add(1, Ordering::Relaxed);
-            fleet.record(index, webhook_id, &body);
-            StatusCode::OK
+    }
+    let Some(body_len) = body_len else { return Parsed::Refused(LENGTH_REQUIRED) };
+    if body_len > BODY_BYTES_MAX {
+        return Parsed::Refused(TOO_LARGE);
+    }
+    let endpoint = request.path.and_then(route);
+    Parsed::Head(Head { len, body_len, endpoint, webhook_id, close })
+}
+
+/// Serves one keep-alive connection until the sender closes it, asks to,
+/// or sends what the fleet refuses.
+async fn serve_connection(fleet: Arc<Fleet>, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    loop {
+        let head = loop {
+            match parse_head(&buf) {
+                Parsed::Head(head) if buf.len() >= head.len + head.body_len => break head,
+                Parsed::Refused(answer) => {
+                    let _ = stream.write_all(answer).await;
+                    return;
+                }
+                Parsed::Head(_) | Parsed::Partial => {}
+            }
+            buf.reserve(READ_CHUNK);
+            match stream.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        };
+        let end = head.len + head.body_len;
+        let webhook_id = std::str::from_utf8(&buf[head.webhook_id.clone()]).unwrap_or_default();
+        let answer = fleet.answer(head.endpoint, webhook_id, &buf[head.len..end]);
+        buf.drain(..end);
+        let written = match answer {
+            Answer::Now(bytes) => stream.write_all(bytes).await,
+            Answer::Hang => {
+                tokio::time::sleep(HANG_FOR).await;
+                stream.write_all(OK).await
+            }
+        };
+        if written.is_err() || head.close {
+            return;
         }
-        "hang" => {
-            fleet.received_unhealthy.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(HANG_FOR).await;
-            StatusCode::OK
-        }
-        "fail" => {
-            fleet.received_unhealthy.fetch_add(1, Ordering::Relaxed);
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
-        _ => StatusCode::NOT_FOUND,
     }
 }
 
@@ -189,5 +338,97 @@ mod tests {
         assert_eq!(sent_ns(br#"{"t":12345,"pad":"x"}"#), Some(12345));
         assert_eq!(sent_ns(br#"{"pad":"x","t":1}"#), None);
         assert_eq!(sent_ns(br#"{"t":"#), None);
+    }
+
+    fn head_of(bytes: &[u8]) -> Head {
+        match parse_head(bytes) {
+            Parsed::Head(head) => head,
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bytes)),
+        }
+    }
+
+    #[test]
+    fn paths_name_a_behaviour_and_an_index() {
+        assert_eq!(route("/ok/7"), Some((Behaviour::Ok, 7)));
+        assert_eq!(route("/hang/0"), Some((Behaviour::Hang, 0)));
+        assert_eq!(route("/fail/3"), Some((Behaviour::Fail, 3)));
+        assert_eq!(route("/down/12"), Some((Behaviour::Down, 12)));
+        for path in ["/ok", "/ok/", "/ok/x", "/ok/1/2", "/other/1", "ok/1", "/"] {
+            assert_eq!(route(path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_webhook_head_gives_its_length_endpoint_and_id() {
+        let request = b"POST /ok/4 HTTP/1.1\r\nhost: x\r\nwebhook-id: msg_1\r\nContent-Length: 5\r\n\r\nhello";
+        let head = head_of(request);
+        assert_eq!(head.len, request.len() - 5);
+        assert_eq!(head.body_len, 5);
+        assert_eq!(head.endpoint, Some((Behaviour::Ok, 4)));
+        assert_eq!(&request[head.webhook_id], b"msg_1");
+        assert!(!head.close);
+        let closing = head_of(b"POST /nowhere HTTP/1.1\r\nconnection: Close\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!((closing.endpoint, closing.close, closing.webhook_id.is_empty()), (None, true, true));
+    }
+
+    #[test]
+    fn incomplete_heads_wait_and_unusable_ones_are_refused() {
+        assert_eq!(parse_head(b"POST /ok/1 HTTP/1.1\r\ncontent-len"), Parsed::Partial);
+        assert_eq!(parse_head(b""), Parsed::Partial);
+        let refused = |bytes: &[u8]| match parse_head(bytes) {
+            Parsed::Refused(answer) => {
+                String::from_utf8_lossy(answer).split("\r\n").next().unwrap_or_default().to_owned()
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(refused(b"GET /ok/1 HTTP/1.1\r\n\r\n"), "HTTP/1.1 405 Method Not Allowed");
+        assert_eq!(refused(b"POST /ok/1 HTTP/1.1\r\n\r\n"), "HTTP/1.1 411 Length Required");
+        assert_eq!(
+            refused(b"POST /ok/1 HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n"),
+            "HTTP/1.1 411 Length Required"
+        );
+        assert_eq!(refused(b"POST /ok/1 HTTP/1.1\r\ncontent-length: -1\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+        assert_eq!(
+            refused(b"POST /ok/1 HTTP/1.1\r\ncontent-length: 99999999\r\n\r\n"),
+            "HTTP/1.1 413 Content Too Large"
+        );
+        assert_eq!(refused(b"\x01\x02 nonsense\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+        let endless = format!("POST /ok/1 HTTP/1.1\r\nx: {}", "y".repeat(HEAD_BYTES_MAX));
+        assert_eq!(refused(endless.as_bytes()), "HTTP/1.1 431 Request Header Fields Too Large");
+    }
+
+    #[tokio::test]
+    async fn the_fleet_counts_webhooks_from_a_real_client_and_a_split_pipelined_stream() {
+        let (fleet, url) = Fleet::start(Instant::now(), 16).await.expect("fleet starts");
+        let client = reqwest::Client::new();
+        let post = |path: &str, id: &str| {
+            client.post(format!("{url}{path}")).header("webhook-id", id).body(r#"{"t":1,"x":2}"#).send()
+        };
+        assert_eq!(post("/ok/1", "msg_a").await.expect("answered").status(), 200);
+        assert_eq!(post("/ok/1", "msg_a").await.expect("answered").status(), 200);
+        assert_eq!(post("/fail/2", "msg_b").await.expect("answered").status(), 500);
+        assert_eq!(post("/down/3", "msg_c").await.expect("answered").status(), 503);
+        fleet.bring_up();
+        assert_eq!(post("/down/3", "msg_c").await.expect("answered").status(), 200);
+        assert_eq!(post("/nowhere", "msg_d").await.expect("answered").status(), 404);
+
+        // Two requests in one write, the second cut in the middle of its body.
+        let mut stream = TcpStream::connect(url.trim_start_matches("http://")).await.expect("connects");
+        let one = "POST /ok/5 HTTP/1.1\r\nwebhook-id: msg_e\r\ncontent-length: 4\r\n\r\nabcd";
+        let two = "POST /ok/5 HTTP/1.1\r\nwebhook-id: msg_f\r\ncontent-length: 4\r\nconnection: close\r\n\r\nabcd";
+        let (first, rest) = two.split_at(two.len() - 2);
+        stream.write_all(format!("{one}{first}").as_bytes()).await.expect("writes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        stream.write_all(rest.as_bytes()).await.expect("writes");
+        let mut answers = String::new();
+        stream.read_to_string(&mut answers).await.expect("the fleet answers both, then closes");
+        assert_eq!(answers, format!("{}{}", String::from_utf8_lossy(OK), String::from_utf8_lossy(OK)));
+
+        assert_eq!(fleet.received.load(Ordering::Relaxed), 5, "ok and down-once-up requests, duplicates included");
+        assert_eq!(fleet.received_unhealthy.load(Ordering::Relaxed), 1);
+        assert_eq!(fleet.distinct(), 4);
+        assert_eq!(fleet.duplicates(), 1);
+        assert_eq!(fleet.arrived_among([(1, "msg_a"), (3, "msg_c"), (5, "msg_f"), (2, "msg_b")]), 3);
+        assert_eq!(fleet.latencies_us_sent_from(Duration::ZERO).len(), 2, "bodies starting with a send time");
     }
 }
