@@ -412,14 +412,22 @@ async fn wait_for_arrivals(fleet: &Fleet, expected: usize, deadline: Duration) {
 
 async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fleet>, done: Arc<AtomicBool>) {
     let (mut last_accepted, mut last_received) = (0, 0);
+    let mut last_machine = procstat::machine();
     while !done.load(Ordering::Relaxed) {
         tokio::time::sleep(PROGRESS_INTERVAL).await;
         let accepted = progress.accepted.load(Ordering::Relaxed);
         let received = fleet.received.load(Ordering::Relaxed);
         let recent = progress.take_recent_latencies();
         let ms_at = |q: f64| report::quantile(&recent, q) as f64 / 1000.0;
+        // That second's busy and stolen shares: a second whose cores the
+        // hypervisor took away shows it here, beside the latency it caused.
+        let machine = procstat::machine();
+        let cores = match last_machine.zip(machine).and_then(|(from, to)| from.usage_until(&to)) {
+            Some(usage) => format!(", cores busy {:.0}% stolen {:.0}%", usage.busy_percent, usage.steal_percent),
+            None => String::new(),
+        };
         eprintln!(
-            "  t={:>5.1}s accepted {accepted} (+{}/s, request p50 {:.1} p99 {:.1} max {:.1} ms), delivered {received} (+{}/s), not accepted {}",
+            "  t={:>5.1}s accepted {accepted} (+{}/s, request p50 {:.1} p99 {:.1} max {:.1} ms), delivered {received} (+{}/s), not accepted {}{cores}",
             origin.elapsed().as_secs_f64(),
             accepted - last_accepted,
             ms_at(0.5),
@@ -428,7 +436,7 @@ async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fle
             received.saturating_sub(last_received),
             progress.failed.load(Ordering::Relaxed),
         );
-        (last_accepted, last_received) = (accepted, received);
+        (last_accepted, last_received, last_machine) = (accepted, received, machine);
     }
 }
 
