@@ -10,6 +10,11 @@
 //! due, not from when it was sent, so a node that falls behind shows it in
 //! the latency instead of silently slowing the generator down (the closed
 //! loop's "coordinated omission").
+//!
+//! Each connection is a plain keep-alive HTTP/1.1 client over `httparse`
+//! ([`Connection`]) rather than reqwest: the generator stands in for
+//! producers on other machines, and whatever it spends of the cores it
+//! shares with the node is taken from the figures.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// Per-request timeout of the ingest clients.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -118,12 +125,12 @@ pub async fn run(load: Arc<Load>, progress: Arc<Progress>) -> Result<(Vec<Accept
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(load.connections);
     for connection in 0..load.connections {
-        let client =
-            reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).pool_max_idle_per_host(1).build()?;
+        let batch = load.per_request > 1;
+        let url = &load.urls[connection % load.urls.len()];
+        let url = if batch { format!("{url}/batch") } else { url.clone() };
+        let client = Connection::to(&url).with_context(|| format!("cannot post to {url}"))?;
         let (load, next, progress) = (load.clone(), next.clone(), progress.clone());
-        tasks.push(tokio::spawn(
-            async move { connection_loop(connection, client, &load, start, &next, &progress).await },
-        ));
+        tasks.push(tokio::spawn(async move { connection_loop(client, &load, start, &next, &progress).await }));
     }
     let mut accepted = Vec::with_capacity(load.events);
     let mut failures = 0;
@@ -137,16 +144,13 @@ pub async fn run(load: Arc<Load>, progress: Arc<Progress>) -> Result<(Vec<Accept
 }
 
 async fn connection_loop(
-    connection: usize,
-    client: reqwest::Client,
+    mut client: Connection,
     load: &Load,
     start: tokio::time::Instant,
     next: &AtomicUsize,
     progress: &Progress,
 ) -> (Vec<Accepted>, u64) {
     let batch = load.per_request > 1;
-    let url = &load.urls[connection % load.urls.len()];
-    let url = if batch { format!("{url}/batch") } else { url.clone() };
     let mut accepted = Vec::with_capacity(load.events / load.connections + 1);
     let mut failures = 0u64;
     loop {
@@ -167,36 +171,29 @@ async fn connection_loop(
         let bodies = indexes.clone().map(|i| event_body(&(load.event_type)(i), sent_ns, load.payload_bytes));
         let body =
             if batch { format!("{{\"events\":[{}]}}", bodies.collect::<Vec<_>>().join(",")) } else { bodies.collect() };
-        let sent = client.post(&url).header("content-type", "application/json").body(body).send().await;
-        let why = match sent {
-            Ok(response) if response.status() == reqwest::StatusCode::ACCEPTED => {
-                let read = response.bytes().await.map_err(|e| format!("unreadable 202 body: {e}"));
-                match read.and_then(|body| accepted_ids(&body, batch, indexes.len())) {
-                    Ok(ids) => {
-                        let latency = due.elapsed();
-                        progress.accepted.fetch_add(ids.len() as u64, Ordering::Relaxed);
-                        progress
-                            .recent_latencies_us
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(crate::report::micros(latency));
-                        let due = due.saturating_duration_since(load.origin);
-                        accepted.extend(indexes.zip(ids).map(|(index, event_id)| Accepted {
-                            index,
-                            event_id,
-                            latency,
-                            due,
-                        }));
-                        continue;
-                    }
-                    Err(why) => why,
+        let why = match client.post(body.as_bytes()).await {
+            Ok((202, answer)) => match accepted_ids(&answer, batch, indexes.len()) {
+                Ok(ids) => {
+                    let latency = due.elapsed();
+                    progress.accepted.fetch_add(ids.len() as u64, Ordering::Relaxed);
+                    progress
+                        .recent_latencies_us
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(crate::report::micros(latency));
+                    let due = due.saturating_duration_since(load.origin);
+                    accepted.extend(indexes.zip(ids).map(|(index, event_id)| Accepted {
+                        index,
+                        event_id,
+                        latency,
+                        due,
+                    }));
+                    continue;
                 }
-            }
-            Ok(response) => {
-                let status = response.status();
-                format!("{status} {}", response.text().await.unwrap_or_default())
-            }
-            Err(error) => error.to_string(),
+                Err(why) => why,
+            },
+            Ok((status, answer)) => format!("{status} {}", String::from_utf8_lossy(&answer)),
+            Err(error) => error,
         };
         failures += indexes.len() as u64;
         progress.failed.fetch_add(indexes.len() as u64, Ordering::Relaxed);
@@ -204,6 +201,157 @@ async fn connection_loop(
             eprintln!("events {indexes:?} not accepted: {why}");
         }
     }
+}
+
+/// Response headers read at most; hookraft answers with a handful.
+const ANSWER_HEADERS_MAX: usize = 32;
+/// The largest answer head and body the generator reads.
+const ANSWER_HEAD_BYTES_MAX: usize = 16 * 1024;
+const ANSWER_BODY_BYTES_MAX: usize = 16 << 20;
+
+/// A keep-alive HTTP/1.1 connection posting JSON to one URL, opened on
+/// first use and again after any failure or a `connection: close`.
+pub struct Connection {
+    /// `host:port`.
+    addr: String,
+    /// Path (and query) of every request.
+    path: String,
+    stream: Option<TcpStream>,
+    /// Bytes read and not yet used.
+    buf: Vec<u8>,
+}
+
+impl Connection {
+    /// A connection to a plain `http://host:port/path` URL.
+    pub fn to(url: &str) -> Result<Self> {
+        let rest = url.strip_prefix("http://").context("only http:// URLs")?;
+        let (addr, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        anyhow::ensure!(!addr.is_empty(), "no host in {url}");
+        let path = if path.is_empty() { "/" } else { path };
+        Ok(Self { addr: addr.to_owned(), path: path.to_owned(), stream: None, buf: Vec::with_capacity(8 * 1024) })
+    }
+
+    /// Posts `body` as JSON; returns the answer's status and body, or why
+    /// there was none within [`REQUEST_TIMEOUT`] (the connection is then
+    /// dropped, and the next post opens a new one).
+    pub async fn post(&mut self, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+        let exchanged = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(body)).await;
+        let answer = match exchanged {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(why)) => {
+                self.drop_stream();
+                return Err(why);
+            }
+            Err(_) => {
+                self.drop_stream();
+                return Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()));
+            }
+        };
+        if answer.close {
+            self.drop_stream();
+        }
+        Ok((answer.status, answer.body))
+    }
+
+    fn drop_stream(&mut self) {
+        self.stream = None;
+        self.buf.clear();
+    }
+
+    async fn exchange(&mut self, body: &[u8]) -> Result<Answer, String> {
+        if self.stream.is_none() {
+            let stream = TcpStream::connect(&self.addr).await.map_err(|e| format!("connect {}: {e}", self.addr))?;
+            let _ = stream.set_nodelay(true);
+            self.stream = Some(stream);
+        }
+        let Some(stream) = self.stream.as_mut() else { unreachable!("connected above") };
+        let head = format!(
+            "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            self.path,
+            self.addr,
+            body.len()
+        );
+        let mut request = Vec::with_capacity(head.len() + body.len());
+        request.extend_from_slice(head.as_bytes());
+        request.extend_from_slice(body);
+        stream.write_all(&request).await.map_err(|e| format!("send: {e}"))?;
+        loop {
+            match parse_answer(&self.buf)? {
+                Some(head) if self.buf.len() >= head.len + head.body_len => {
+                    let end = head.len + head.body_len;
+                    let body = self.buf[head.len..end].to_vec();
+                    self.buf.drain(..end);
+                    return Ok(Answer { status: head.status, body, close: head.close });
+                }
+                Some(_) | None => {}
+            }
+            self.buf.reserve(8 * 1024);
+            match stream.read_buf(&mut self.buf).await {
+                Ok(0) => return Err("the node closed the connection before answering".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("receive: {e}")),
+            }
+        }
+    }
+}
+
+/// A whole answer.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+    /// The node will close the connection after it.
+    close: bool,
+}
+
+/// A complete answer head.
+#[derive(Debug, PartialEq, Eq)]
+struct AnswerHead {
+    /// Bytes of the head; the body follows.
+    len: usize,
+    status: u16,
+    body_len: usize,
+    close: bool,
+}
+
+/// Reads an answer head: `None` while incomplete, an error for what this
+/// client does not read (a chunked or unsized body, an oversized head).
+fn parse_answer(bytes: &[u8]) -> Result<Option<AnswerHead>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; ANSWER_HEADERS_MAX];
+    let mut response = httparse::Response::new(&mut headers);
+    let len = match response.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if bytes.len() > ANSWER_HEAD_BYTES_MAX => {
+            return Err("an answer head over 16 KiB".into());
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("an answer that is not HTTP/1.1: {e}")),
+    };
+    let status = response.code.ok_or("an answer without a status")?;
+    let (mut body_len, mut close) = (None, false);
+    for header in response.headers.iter() {
+        if header.name.eq_ignore_ascii_case("content-length") {
+            body_len = std::str::from_utf8(header.value).ok().and_then(|v| v.trim().parse::<usize>().ok());
+            if body_len.is_none() {
+                return Err("an unreadable content-length".into());
+            }
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err("a chunked answer (this client reads sized bodies only)".into());
+        } else if header.name.eq_ignore_ascii_case("connection") {
+            close = header.value.eq_ignore_ascii_case(b"close");
+        }
+    }
+    if status < 200 {
+        // Never asked for (no `expect: 100-continue` is sent).
+        return Err(format!("an interim {status} answer"));
+    }
+    // A status without a body may leave the length out.
+    let body_len = match body_len {
+        Some(n) if n > ANSWER_BODY_BYTES_MAX => return Err(format!("an answer body of {n} bytes")),
+        Some(n) => n,
+        None if status == 204 || status == 304 => 0,
+        None => return Err(format!("a {status} answer without a content-length")),
+    };
+    Ok(Some(AnswerHead { len, status, body_len, close }))
 }
 
 /// `{"type":…,"payload":{"t":<sent_ns>,"pad":"xxx…"}}` whose payload is
@@ -233,6 +381,95 @@ mod tests {
         assert_eq!(due_after(30_000, 30_000.0), Duration::from_secs(1));
         assert_eq!(due_after(10, 1_000.0), Duration::from_millis(10));
         assert!(due_after(3, 30_000.0) < due_after(4, 30_000.0));
+    }
+
+    #[test]
+    fn answer_heads_give_status_length_and_close_or_say_what_is_not_read() {
+        let ok =
+            b"HTTP/1.1 202 Accepted\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"id\":\"e1\"}";
+        let head = parse_answer(ok).expect("readable").expect("complete");
+        assert_eq!(head, AnswerHead { len: ok.len() - 11, status: 202, body_len: 11, close: false });
+        let closing =
+            parse_answer(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(closing.expect("readable").map(|h| (h.status, h.close)), Some((503, true)));
+        assert_eq!(parse_answer(b"HTTP/1.1 204 No Content\r\n\r\n").expect("readable").map(|h| h.body_len), Some(0));
+        assert_eq!(parse_answer(b"HTTP/1.1 202 Acc"), Ok(None));
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            b"SMTP ready\r\n\r\n",
+        ] {
+            assert!(parse_answer(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(Connection::to("https://x/v1").is_err() && Connection::to("http:///v1").is_err());
+        let c = Connection::to("http://127.0.0.1:9/v1/events/batch").expect("a plain URL");
+        assert_eq!((c.addr.as_str(), c.path.as_str()), ("127.0.0.1:9", "/v1/events/batch"));
+    }
+
+    /// A node stand-in: answers every request 202 with its body echoed as
+    /// `{"id":…}`, and closes after a request to `/close`; counts connections.
+    async fn echo_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut headers = [httparse::EMPTY_HEADER; 16];
+                        let mut request = httparse::Request::new(&mut headers);
+                        let Ok(httparse::Status::Complete(len)) = request.parse(&buf) else {
+                            if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            continue;
+                        };
+                        let close = request.path == Some("/close");
+                        let body_len: usize = request
+                            .headers
+                            .iter()
+                            .find(|h| h.name == "content-length")
+                            .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
+                            .expect("a length");
+                        while buf.len() < len + body_len {
+                            if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                        }
+                        let answer = format!("{{\"id\":\"{}\"}}", String::from_utf8_lossy(&buf[len..len + body_len]));
+                        buf.drain(..len + body_len);
+                        let connection = if close { "connection: close\r\n" } else { "" };
+                        let head =
+                            format!("HTTP/1.1 202 Accepted\r\n{connection}content-length: {}\r\n\r\n", answer.len());
+                        if stream.write_all(format!("{head}{answer}").as_bytes()).await.is_err() || close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_kept_alive_and_opened_again_after_a_close() {
+        let (url, connections) = echo_server().await;
+        let mut client = Connection::to(&format!("{url}/v1/events")).expect("a plain URL");
+        for body in ["a", "bb", "ccc"] {
+            assert_eq!(client.post(body.as_bytes()).await, Ok((202, format!("{{\"id\":\"{body}\"}}").into_bytes())));
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1, "three posts over one connection");
+        let mut closing = Connection::to(&format!("{url}/close")).expect("a plain URL");
+        assert_eq!(closing.post(b"x").await.map(|(status, _)| status), Ok(202));
+        assert_eq!(closing.post(b"y").await.map(|(status, _)| status), Ok(202));
+        assert_eq!(connections.load(Ordering::SeqCst), 3, "a new connection after each close");
+        let mut nowhere = Connection::to("http://127.0.0.1:1/v1/events").expect("a plain URL");
+        assert!(nowhere.post(b"z").await.is_err_and(|why| why.starts_with("connect")));
     }
 
     #[test]
