@@ -30,6 +30,8 @@
 
 #[path = "hookraft_bench/fleet.rs"]
 mod fleet;
+#[path = "hookraft_bench/http1.rs"]
+mod http1;
 #[path = "hookraft_bench/load.rs"]
 mod load;
 #[path = "hookraft_bench/procstat.rs"]

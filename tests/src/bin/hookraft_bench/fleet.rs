@@ -24,8 +24,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::http1::{self, Unframed, Unread};
 
 /// How long a `hang` endpoint holds a request.
 pub const HANG_FOR: Duration = Duration::from_secs(120);
@@ -211,8 +213,6 @@ const HEAD_TOO_LARGE: &[u8] =
 /// The largest request head and body the fleet reads.
 const HEAD_BYTES_MAX: usize = 16 * 1024;
 const BODY_BYTES_MAX: usize = 4 << 20;
-/// Room asked for before each read.
-const READ_CHUNK: usize = 8 * 1024;
 /// Headers parsed per request; a sender's webhook carries about ten.
 const HEADERS_MAX: usize = 32;
 
@@ -237,73 +237,58 @@ struct Head {
     close: bool,
 }
 
-/// Reading a request head: complete, not yet, or refused with an answer.
-#[derive(Debug, PartialEq, Eq)]
-enum Parsed {
-    Head(Head),
-    Partial,
-    Refused(&'static [u8]),
+impl http1::Head for Head {
+    fn message_len(&self) -> usize {
+        self.len + self.body_len
+    }
 }
 
-fn parse_head(bytes: &[u8]) -> Parsed {
+/// Reads a request head: `None` while incomplete, or the answer that
+/// refuses it.
+fn parse_head(bytes: &[u8]) -> Result<Option<Head>, &'static [u8]> {
     let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
     let mut request = httparse::Request::new(&mut headers);
     let len = match request.parse(bytes) {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if bytes.len() > HEAD_BYTES_MAX => return Parsed::Refused(HEAD_TOO_LARGE),
-        Ok(httparse::Status::Partial) => return Parsed::Partial,
-        Err(httparse::Error::TooManyHeaders) => return Parsed::Refused(HEAD_TOO_LARGE),
-        Err(_) => return Parsed::Refused(BAD_REQUEST),
+        Ok(httparse::Status::Partial) if bytes.len() > HEAD_BYTES_MAX => return Err(HEAD_TOO_LARGE),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HEAD_TOO_LARGE),
+        Err(_) => return Err(BAD_REQUEST),
     };
     if request.method != Some("POST") {
-        return Parsed::Refused(NOT_POST);
+        return Err(NOT_POST);
     }
-    let (mut body_len, mut webhook_id, mut close) = (None, 0..0, false);
-    for header in request.headers.iter() {
-        let name = header.name;
-        if name.eq_ignore_ascii_case("content-length") {
-            let Some(n) = std::str::from_utf8(header.value).ok().and_then(|v| v.trim().parse::<usize>().ok()) else {
-                return Parsed::Refused(BAD_REQUEST);
-            };
-            body_len = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            // A sender that knows its body's length says so; no chunked bodies here.
-            return Parsed::Refused(LENGTH_REQUIRED);
-        } else if name.eq_ignore_ascii_case("webhook-id") {
-            let at = header.value.as_ptr() as usize - bytes.as_ptr() as usize;
-            webhook_id = at..at + header.value.len();
-        } else if name.eq_ignore_ascii_case("connection") {
-            close = header.value.eq_ignore_ascii_case(b"close");
-        }
-    }
-    let Some(body_len) = body_len else { return Parsed::Refused(LENGTH_REQUIRED) };
+    let framing = match http1::framing(request.headers) {
+        Ok(framing) => framing,
+        // A sender that knows its body's length says so; no chunked bodies here.
+        Err(Unframed::Chunked) => return Err(LENGTH_REQUIRED),
+        Err(Unframed::BadLength) => return Err(BAD_REQUEST),
+    };
+    let Some(body_len) = framing.body_len else { return Err(LENGTH_REQUIRED) };
     if body_len > BODY_BYTES_MAX {
-        return Parsed::Refused(TOO_LARGE);
+        return Err(TOO_LARGE);
     }
+    let webhook_id = request.headers.iter().find(|h| h.name.eq_ignore_ascii_case("webhook-id")).map_or(0..0, |h| {
+        let at = h.value.as_ptr() as usize - bytes.as_ptr() as usize;
+        at..at + h.value.len()
+    });
     let endpoint = request.path.and_then(route);
-    Parsed::Head(Head { len, body_len, endpoint, webhook_id, close })
+    Ok(Some(Head { len, body_len, endpoint, webhook_id, close: framing.close }))
 }
 
 /// Serves one keep-alive connection until the sender closes it, asks to,
 /// or sends what the fleet refuses.
 async fn serve_connection(fleet: Arc<Fleet>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut buf: Vec<u8> = Vec::new();
     loop {
-        let head = loop {
-            match parse_head(&buf) {
-                Parsed::Head(head) if buf.len() >= head.len + head.body_len => break head,
-                Parsed::Refused(answer) => {
-                    let _ = stream.write_all(answer).await;
-                    return;
-                }
-                Parsed::Head(_) | Parsed::Partial => {}
+        let head = match http1::read_message(&mut stream, &mut buf, parse_head).await {
+            Ok(head) => head,
+            Err(Unread::Refused(answer)) => {
+                let _ = stream.write_all(answer).await;
+                return;
             }
-            buf.reserve(READ_CHUNK);
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
+            Err(Unread::Closed | Unread::Failed(_)) => return,
         };
         let end = head.len + head.body_len;
         let webhook_id = std::str::from_utf8(&buf[head.webhook_id.clone()]).unwrap_or_default();
@@ -331,6 +316,8 @@ fn sent_ns(body: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncReadExt;
+
     use super::*;
 
     #[test]
@@ -342,7 +329,7 @@ mod tests {
 
     fn head_of(bytes: &[u8]) -> Head {
         match parse_head(bytes) {
-            Parsed::Head(head) => head,
+            Ok(Some(head)) => head,
             other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bytes)),
         }
     }
@@ -373,12 +360,10 @@ mod tests {
 
     #[test]
     fn incomplete_heads_wait_and_unusable_ones_are_refused() {
-        assert_eq!(parse_head(b"POST /ok/1 HTTP/1.1\r\ncontent-len"), Parsed::Partial);
-        assert_eq!(parse_head(b""), Parsed::Partial);
+        assert_eq!(parse_head(b"POST /ok/1 HTTP/1.1\r\ncontent-len"), Ok(None));
+        assert_eq!(parse_head(b""), Ok(None));
         let refused = |bytes: &[u8]| match parse_head(bytes) {
-            Parsed::Refused(answer) => {
-                String::from_utf8_lossy(answer).split("\r\n").next().unwrap_or_default().to_owned()
-            }
+            Err(answer) => String::from_utf8_lossy(answer).split("\r\n").next().unwrap_or_default().to_owned(),
             other => panic!("{other:?}"),
         };
         assert_eq!(refused(b"GET /ok/1 HTTP/1.1\r\n\r\n"), "HTTP/1.1 405 Method Not Allowed");

@@ -22,8 +22,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::io::Write as _;
+
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+use crate::http1::{self, Unframed, Unread};
 
 /// Per-request timeout of the ingest clients.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -236,71 +240,50 @@ impl Connection {
     /// dropped, and the next post opens a new one).
     pub async fn post(&mut self, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
         let exchanged = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(body)).await;
-        let answer = match exchanged {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(why)) => {
-                self.drop_stream();
-                return Err(why);
-            }
-            Err(_) => {
-                self.drop_stream();
-                return Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()));
+        let answered = exchanged.unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())));
+        if answered.is_err() {
+            // The stream went with the failed exchange; so do its bytes.
+            self.buf.clear();
+        }
+        answered
+    }
+
+    /// One request and its answer. The stream is taken for the exchange and
+    /// put back only when it ends well and the node keeps it open.
+    async fn exchange(&mut self, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+        let mut stream = match self.stream.take() {
+            Some(stream) => stream,
+            None => {
+                let stream = TcpStream::connect(&self.addr).await.map_err(|e| format!("connect {}: {e}", self.addr))?;
+                let _ = stream.set_nodelay(true);
+                stream
             }
         };
-        if answer.close {
-            self.drop_stream();
-        }
-        Ok((answer.status, answer.body))
-    }
-
-    fn drop_stream(&mut self) {
-        self.stream = None;
-        self.buf.clear();
-    }
-
-    async fn exchange(&mut self, body: &[u8]) -> Result<Answer, String> {
-        if self.stream.is_none() {
-            let stream = TcpStream::connect(&self.addr).await.map_err(|e| format!("connect {}: {e}", self.addr))?;
-            let _ = stream.set_nodelay(true);
-            self.stream = Some(stream);
-        }
-        let Some(stream) = self.stream.as_mut() else { unreachable!("connected above") };
-        let head = format!(
+        let mut request = Vec::with_capacity(160 + body.len());
+        write!(
+            request,
             "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             self.path,
             self.addr,
             body.len()
-        );
-        let mut request = Vec::with_capacity(head.len() + body.len());
-        request.extend_from_slice(head.as_bytes());
+        )
+        .map_err(|e| format!("build the request: {e}"))?;
         request.extend_from_slice(body);
         stream.write_all(&request).await.map_err(|e| format!("send: {e}"))?;
-        loop {
-            match parse_answer(&self.buf)? {
-                Some(head) if self.buf.len() >= head.len + head.body_len => {
-                    let end = head.len + head.body_len;
-                    let body = self.buf[head.len..end].to_vec();
-                    self.buf.drain(..end);
-                    return Ok(Answer { status: head.status, body, close: head.close });
-                }
-                Some(_) | None => {}
-            }
-            self.buf.reserve(8 * 1024);
-            match stream.read_buf(&mut self.buf).await {
-                Ok(0) => return Err("the node closed the connection before answering".into()),
-                Ok(_) => {}
-                Err(e) => return Err(format!("receive: {e}")),
-            }
+        let head =
+            http1::read_message(&mut stream, &mut self.buf, parse_answer).await.map_err(|unread| match unread {
+                Unread::Refused(why) => why,
+                Unread::Closed => "the node closed the connection before answering".into(),
+                Unread::Failed(e) => format!("receive: {e}"),
+            })?;
+        let end = head.len + head.body_len;
+        let answer = self.buf[head.len..end].to_vec();
+        self.buf.drain(..end);
+        if !head.close {
+            self.stream = Some(stream);
         }
+        Ok((head.status, answer))
     }
-}
-
-/// A whole answer.
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
-    /// The node will close the connection after it.
-    close: bool,
 }
 
 /// A complete answer head.
@@ -310,7 +293,14 @@ struct AnswerHead {
     len: usize,
     status: u16,
     body_len: usize,
+    /// The node will close the connection after this answer.
     close: bool,
+}
+
+impl http1::Head for AnswerHead {
+    fn message_len(&self) -> usize {
+        self.len + self.body_len
+    }
 }
 
 /// Reads an answer head: `None` while incomplete, an error for what this
@@ -327,31 +317,22 @@ fn parse_answer(bytes: &[u8]) -> Result<Option<AnswerHead>, String> {
         Err(e) => return Err(format!("an answer that is not HTTP/1.1: {e}")),
     };
     let status = response.code.ok_or("an answer without a status")?;
-    let (mut body_len, mut close) = (None, false);
-    for header in response.headers.iter() {
-        if header.name.eq_ignore_ascii_case("content-length") {
-            body_len = std::str::from_utf8(header.value).ok().and_then(|v| v.trim().parse::<usize>().ok());
-            if body_len.is_none() {
-                return Err("an unreadable content-length".into());
-            }
-        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err("a chunked answer (this client reads sized bodies only)".into());
-        } else if header.name.eq_ignore_ascii_case("connection") {
-            close = header.value.eq_ignore_ascii_case(b"close");
-        }
-    }
+    let framing = http1::framing(response.headers).map_err(|unframed| match unframed {
+        Unframed::Chunked => "a chunked answer (this client reads sized bodies only)".to_owned(),
+        Unframed::BadLength => "an unreadable content-length".to_owned(),
+    })?;
     if status < 200 {
         // Never asked for (no `expect: 100-continue` is sent).
         return Err(format!("an interim {status} answer"));
     }
     // A status without a body may leave the length out.
-    let body_len = match body_len {
+    let body_len = match framing.body_len {
         Some(n) if n > ANSWER_BODY_BYTES_MAX => return Err(format!("an answer body of {n} bytes")),
         Some(n) => n,
         None if status == 204 || status == 304 => 0,
         None => return Err(format!("a {status} answer without a content-length")),
     };
-    Ok(Some(AnswerHead { len, status, body_len, close }))
+    Ok(Some(AnswerHead { len, status, body_len, close: framing.close }))
 }
 
 /// `{"type":…,"payload":{"t":<sent_ns>,"pad":"xxx…"}}` whose payload is
@@ -364,6 +345,8 @@ pub fn event_body(event_type: &str, sent_ns: u64, payload_bytes: usize) -> Strin
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::AsyncReadExt;
+
     use super::*;
 
     #[test]
