@@ -91,7 +91,7 @@ pub struct Runtimes {
     /// log writer.
     pub consensus: Option<tokio::runtime::Handle>,
     /// The delivery supervisor, the endpoint actors, their attempts and
-    /// their connections.
+    /// their connections, and the batcher that commits their outcomes.
     pub delivery: Option<tokio::runtime::Handle>,
 }
 

@@ -138,7 +138,13 @@ impl Node {
         let proposer: Arc<dyn Proposer> =
             Arc::new(cluster::ClusterProposer { raft: raft.clone(), writer: writer.clone(), peers: io.peers.clone() });
         let (outcome_tx, outcome_rx) = tokio::sync::mpsc::channel(OUTCOME_QUEUE_MAX);
-        tokio::spawn(run_outcome_batcher(outcome_rx, proposer.clone(), io.clock.clone(), config.node_id));
+        // Beside the actors that feed it: on runtimes of their own, an
+        // outcome that crossed to another runtime woke a parked thread there
+        // for each delivery; a batch crosses once, to the log writer.
+        crate::io::spawn_on(
+            io.runtimes.delivery.as_ref(),
+            run_outcome_batcher(outcome_rx, proposer.clone(), io.clock.clone(), config.node_id),
+        );
 
         let lease = Arc::new(lease::Lease::default());
         let in_flight = Arc::new(InFlightRegistry::default());
