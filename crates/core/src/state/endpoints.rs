@@ -105,7 +105,7 @@ impl ClusterState {
     pub(super) fn dead_letter_active(&mut self, id: &EndpointId, reason: &str, now_ms: u64) {
         let Some(active) = self.active.remove(id) else { return };
         for delivery_id in active {
-            if let Some(delivery) = self.deliveries.get_mut(&delivery_id) {
+            if let Some(delivery) = self.delivery_mut(&delivery_id) {
                 delivery.state = DeliveryState::Dead;
                 delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.updated_at_ms = now_ms;

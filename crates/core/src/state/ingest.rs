@@ -1,5 +1,7 @@
 //! Event ingest: idempotency, fan-out, delivery creation.
 
+use std::sync::Arc;
+
 use super::ClusterState;
 use crate::command::{IngestResult, NewEvent, Response};
 use crate::ids::{DeliveryId, EndpointId};
@@ -63,7 +65,7 @@ impl ClusterState {
             } else {
                 self.index_delivery(&id, &endpoint_id, true);
             }
-            self.deliveries.insert(id, Box::new(delivery));
+            self.deliveries.insert(id, Arc::new(delivery));
             created.push((id, endpoint_id));
         }
 

@@ -16,6 +16,7 @@ mod prune;
 mod replay;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +37,16 @@ pub struct ClusterState {
     /// events is a dense one, whose clone shares its chunks: a snapshot
     /// clones the state in a moment (`ClusterState::clone`).
     pub events: DenseMap<EventId, Box<Event>>,
-    pub deliveries: DenseMap<DeliveryId, Box<Delivery>>,
+    /// Deliveries are shared (`Arc`) rather than boxed, for the same slack
+    /// and one thing more: after a snapshot's clone, the first change to a
+    /// chunk copies it, and with a backlog the first outcomes land all over
+    /// the window of deliveries the actors are working through. Copying a
+    /// chunk of boxes copied every record and its timeline, one allocation
+    /// at a time (one apply held the lock 31–50 ms); a chunk of `Arc`s
+    /// copies pointers, and an outcome then copies the one delivery it
+    /// changes ([`ClusterState::delivery_mut`]). The price is the 16 bytes
+    /// of an `Arc`'s counts per delivery (docs/benchmarks.md).
+    pub deliveries: DenseMap<DeliveryId, Arc<Delivery>>,
     /// Idempotency key → the event it created. Keys arrive in any order,
     /// so its chunks fill as std's B-tree does; it is dense for its clone.
     pub idempotency: DenseMap<Box<str>, EventId>,
@@ -65,7 +75,7 @@ pub struct ClusterState {
 #[derive(Default)]
 pub struct Retired {
     pub events: Vec<Box<Event>>,
-    pub deliveries: Vec<Box<Delivery>>,
+    pub deliveries: Vec<Arc<Delivery>>,
 }
 
 impl Retired {
@@ -153,6 +163,12 @@ impl ClusterState {
     /// records join it).
     pub fn take_retired(&mut self) -> Retired {
         std::mem::take(&mut self.retired)
+    }
+
+    /// A delivery to change: copied first if a snapshot's clone still
+    /// shares it, so the clone keeps the record as it was.
+    fn delivery_mut(&mut self, id: &DeliveryId) -> Option<&mut Delivery> {
+        self.deliveries.get_mut(id).map(Arc::make_mut)
     }
 
     /// The grant of the shard `endpoint` lives in.

@@ -55,7 +55,7 @@ impl ClusterState {
             // attempt off the delivery's retry budget.
             return Verdict::Ignored;
         }
-        let delivery = self.deliveries.get_mut(&outcome.delivery_id).expect("looked up above");
+        let delivery = self.delivery_mut(&outcome.delivery_id).expect("looked up above");
         if delivery.state.is_terminal() {
             // The attempt was in flight when the delivery ended (a duplicate
             // send that raced a success, or an operator dead-lettered it).

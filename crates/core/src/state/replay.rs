@@ -60,7 +60,7 @@ impl ClusterState {
     }
 
     fn requeue(&mut self, id: &DeliveryId, endpoint_id: &EndpointId, now_ms: u64) {
-        if let Some(delivery) = self.deliveries.get_mut(id) {
+        if let Some(delivery) = self.delivery_mut(id) {
             delivery.state = DeliveryState::Pending;
             delivery.cycle_attempts = 0;
             delivery.cycle_started_at_ms = now_ms;
