@@ -53,7 +53,7 @@ pub struct ServeArgs {
     /// of its own, so producers are answered at the same speed however
     /// busy delivery is [default: everything on one runtime]. On two cores,
     /// with 1, the node accepted 30,000 events/s at p99 under 20 ms while
-    /// delivering 18,000-19,000/s, but when caught up it delivered 10-25%
+    /// delivering 21,000-23,000/s, but once caught up it delivered up to 29%
     /// less than on one runtime (docs/benchmarks.md).
     #[arg(long, env = "HOOKRAFT_DELIVERY_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     delivery_threads: Option<u16>,

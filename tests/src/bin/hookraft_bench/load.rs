@@ -16,14 +16,13 @@
 //! producers on other machines, and whatever it spends of the cores it
 //! shares with the node is taken from the figures.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
-use std::io::Write as _;
-
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -345,8 +344,6 @@ pub fn event_body(event_type: &str, sent_ns: u64, payload_bytes: usize) -> Strin
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::AsyncReadExt;
-
     use super::*;
 
     #[test]
@@ -391,6 +388,28 @@ mod tests {
         assert_eq!((c.addr.as_str(), c.path.as_str()), ("127.0.0.1:9", "/v1/events/batch"));
     }
 
+    /// A request the stand-in node read: its head's length, body length and
+    /// whether it asked to close.
+    struct EchoRequest {
+        len: usize,
+        body_len: usize,
+        close: bool,
+    }
+
+    impl http1::Head for EchoRequest {
+        fn message_len(&self) -> usize {
+            self.len + self.body_len
+        }
+    }
+
+    fn parse_echo(bytes: &[u8]) -> Result<Option<EchoRequest>, ()> {
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut request = httparse::Request::new(&mut headers);
+        let Ok(httparse::Status::Complete(len)) = request.parse(bytes) else { return Ok(None) };
+        let body_len = http1::framing(request.headers).ok().and_then(|f| f.body_len).expect("a length");
+        Ok(Some(EchoRequest { len, body_len, close: request.path == Some("/close") }))
+    }
+
     /// A node stand-in: answers every request 202 with its body echoed as
     /// `{"id":…}`, and closes after a request to `/close`; counts connections.
     async fn echo_server() -> (String, Arc<AtomicUsize>) {
@@ -403,33 +422,14 @@ mod tests {
                 counted.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
-                    loop {
-                        let mut headers = [httparse::EMPTY_HEADER; 16];
-                        let mut request = httparse::Request::new(&mut headers);
-                        let Ok(httparse::Status::Complete(len)) = request.parse(&buf) else {
-                            if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                            continue;
-                        };
-                        let close = request.path == Some("/close");
-                        let body_len: usize = request
-                            .headers
-                            .iter()
-                            .find(|h| h.name == "content-length")
-                            .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
-                            .expect("a length");
-                        while buf.len() < len + body_len {
-                            if stream.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                        }
-                        let answer = format!("{{\"id\":\"{}\"}}", String::from_utf8_lossy(&buf[len..len + body_len]));
-                        buf.drain(..len + body_len);
-                        let connection = if close { "connection: close\r\n" } else { "" };
+                    while let Ok(request) = http1::read_message(&mut stream, &mut buf, parse_echo).await {
+                        let end = request.len + request.body_len;
+                        let answer = format!("{{\"id\":\"{}\"}}", String::from_utf8_lossy(&buf[request.len..end]));
+                        buf.drain(..end);
+                        let connection = if request.close { "connection: close\r\n" } else { "" };
                         let head =
                             format!("HTTP/1.1 202 Accepted\r\n{connection}content-length: {}\r\n\r\n", answer.len());
-                        if stream.write_all(format!("{head}{answer}").as_bytes()).await.is_err() || close {
+                        if stream.write_all(format!("{head}{answer}").as_bytes()).await.is_err() || request.close {
                             return;
                         }
                     }
