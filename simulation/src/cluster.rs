@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use hookraft_core::ids::NodeId;
 use hookraft_core::state::ClusterState;
-use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Runtimes, Storage};
+use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Runtimes, SeededEntropy, Storage};
 use hookraft_raft::{ApplyObserver, MemDisk};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -76,6 +76,7 @@ impl Cluster {
         let io = Io {
             clock: Arc::new(node.clock.clone()),
             seed: node.seed.wrapping_add(u64::from(node.restarts)),
+            entropy: Arc::new(SeededEntropy::new(node.seed.rotate_left(17) ^ u64::from(node.restarts))),
             transport: Arc::new(self.receivers.clone()),
             storage: Storage::Memory(node.disk.clone()),
             network: self.net.factory(id),

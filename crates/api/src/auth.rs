@@ -15,7 +15,7 @@ use crate::problem::Problem;
 pub async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request, next: Next) -> Response {
     let admin_route = request.uri().path().starts_with("/v1/cluster/");
     let expected =
-        if admin_route { ctx.admin_token.as_deref().or(ctx.api_token.as_deref()) } else { ctx.api_token.as_deref() };
+        if admin_route { ctx.admin_token.as_ref().or(ctx.api_token.as_ref()) } else { ctx.api_token.as_ref() };
     let Some(expected) = expected else { return next.run(request).await };
     let sent = request
         .headers()
@@ -23,7 +23,7 @@ pub async fn require_token(State(ctx): State<Arc<ApiContext>>, request: Request,
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
     match sent {
-        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => next.run(request).await,
+        Some(token) if constant_time_eq(token.as_bytes(), expected.expose().as_bytes()) => next.run(request).await,
         _ => Problem::unauthorized().into_response(),
     }
 }

@@ -3,17 +3,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{IngestResult, NewEvent};
+use hookraft_core::entropy::{Entropy, EntropyRng};
 use hookraft_core::ids::NodeId;
+use hookraft_core::redact::SecretString;
 use hookraft_delivery::batcher::{ProposeError, Proposer};
 use hookraft_delivery::context::InFlightRegistry;
 use hookraft_delivery::metrics::DeliveryMetrics;
 use hookraft_raft::StateHandle;
-use rand::rngs::StdRng;
 
 /// A boxed future for [`Ingest::submit`].
 pub type IngestFuture<'a> = Pin<Box<dyn Future<Output = Result<IngestResult, ProposeError>> + Send + 'a>>;
@@ -96,24 +97,24 @@ pub struct ApiContext {
     pub cluster: Arc<dyn ClusterView>,
     pub admin: Arc<dyn ClusterAdmin>,
     /// When set, cluster administration requires this token instead of `api_token`.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
     pub clock: Arc<dyn Clock>,
-    /// For ids and generated secrets; seeded from the node's `Io`.
-    pub rng: Mutex<StdRng>,
+    /// For ids and generated secrets: the node's `Io` entropy (the OS's in
+    /// production).
+    pub entropy: Arc<dyn Entropy>,
     pub in_flight: Arc<InFlightRegistry>,
     pub delivery_metrics: Arc<DeliveryMetrics>,
     pub metrics: ApiMetrics,
     /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
-    pub api_token: Option<String>,
+    pub api_token: Option<SecretString>,
     pub allow_private_targets: bool,
     /// How long a rotated-out secret keeps signing by default.
     pub secret_grace_ms: u64,
 }
 
 impl ApiContext {
-    /// Runs `f` with the node's generator.
-    pub fn with_rng<T>(&self, f: impl FnOnce(&mut StdRng) -> T) -> T {
-        let mut guard = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
+    /// Runs `f` with the node's entropy as a generator.
+    pub fn with_rng<T>(&self, f: impl FnOnce(&mut EntropyRng<'_>) -> T) -> T {
+        f(&mut EntropyRng(self.entropy.as_ref()))
     }
 }

@@ -74,7 +74,7 @@ impl TestNode {
         let raft = Raft::new(id, Arc::new(test_config()), network, log_store, state_machine).await.expect("raft");
         let rpc = Arc::new(InternalRpc {
             raft: raft.clone(),
-            cluster_secret: Some(SECRET.into()),
+            cluster_secret: SECRET.into(),
             local_write: Arc::new(LeaderWrite { raft: raft.clone() }),
         });
         let snapshot_chunks = Arc::new(AtomicUsize::new(0));

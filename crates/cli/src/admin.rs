@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use hookraft_core::redact::SecretString;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -43,7 +44,7 @@ struct Target {
     /// When neither the flag nor HOOKRAFT_ADMIN_TOKEN is set,
     /// HOOKRAFT_API_TOKEN is used if present.
     #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true, global = true)]
-    token: Option<String>,
+    token: Option<SecretString>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -110,9 +111,9 @@ impl ClusterCommand {
 /// Runs one `hookraft cluster` subcommand.
 pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let base = base_url(&args.target.node)?;
-    let token = args.target.token.clone().or_else(|| std::env::var("HOOKRAFT_API_TOKEN").ok());
+    let token = args.target.token.clone().or_else(|| std::env::var("HOOKRAFT_API_TOKEN").ok().map(SecretString::from));
     let call = args.command.call();
-    let (status, body) = send(&base, token.as_deref(), &call).await?;
+    let (status, body) = send(&base, token.as_ref().map(SecretString::expose), &call).await?;
     if status.is_client_error() || status.is_server_error() {
         eprintln!("{}", pretty(&body));
         bail!("{} {} answered {}", call.method, call.path, describe_problem(status, &body));

@@ -59,3 +59,39 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => runtime.block_on(admin::run(args)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every token and secret the command line takes, parsed and then
+    /// formatted the ways a log line or a panic would.
+    #[test]
+    fn no_token_or_secret_shows_in_the_parsed_command_line() {
+        let secrets = ["api-token-7f3a", "admin-token-91bc", "cluster-secret-55d0"];
+        let serve = Cli::try_parse_from([
+            "hookraft",
+            "serve",
+            "--api-token",
+            secrets[0],
+            "--admin-token",
+            secrets[1],
+            "--cluster-secret",
+            secrets[2],
+            "--peers",
+            "1=a:1,2=b:2",
+        ])
+        .expect("parses");
+        let admin = Cli::try_parse_from(["hookraft", "cluster", "status", "--token", secrets[1]]).expect("parses");
+        let receiver =
+            Cli::try_parse_from(["hookraft", "receiver", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+                .expect("parses");
+        for cli in [serve, admin, receiver] {
+            for shown in [format!("{cli:?}"), format!("{cli:#?}")] {
+                for secret in secrets.iter().chain(&["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]) {
+                    assert!(!shown.contains(secret), "{secret} shows in {shown}");
+                }
+            }
+        }
+    }
+}

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use hookraft_core::redact::SecretString;
 use hookraft_node::{Io, Node, NodeConfig, Runtimes};
 
 use crate::limits::{OpenFiles, raise_open_files};
@@ -21,7 +22,7 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer <token>` on every /v1 route.
     /// Mandatory when listening on a non-loopback address.
     #[arg(long, env = "HOOKRAFT_API_TOKEN", hide_env_values = true)]
-    api_token: Option<String>,
+    api_token: Option<SecretString>,
     /// Allow webhook targets on loopback, private and link-local addresses.
     #[arg(long, env = "HOOKRAFT_ALLOW_PRIVATE_TARGETS")]
     allow_private_targets: bool,
@@ -37,10 +38,10 @@ pub struct ServeArgs {
     peers: Option<BTreeMap<u64, String>>,
     /// Shared secret of the node-to-node RPC; required with several peers.
     #[arg(long, env = "HOOKRAFT_CLUSTER_SECRET", hide_env_values = true)]
-    cluster_secret: Option<String>,
+    cluster_secret: Option<SecretString>,
     /// Token for cluster administration (defaults to the API token).
     #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
+    admin_token: Option<SecretString>,
     /// How long a heartbeat keeps this node's shard lease (ms).
     #[arg(long, env = "HOOKRAFT_LEASE_MS", default_value_t = hookraft_node::config::LEASE_MS_DEFAULT)]
     lease_ms: u64,
@@ -79,7 +80,7 @@ fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
 }
 
 pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
-    if args.api_token.as_deref().is_some_and(str::is_empty) {
+    if args.api_token.as_ref().is_some_and(SecretString::is_empty) {
         bail!("--api-token is empty");
     }
     if !args.listen.ip().is_loopback() && args.api_token.is_none() {
@@ -93,7 +94,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     if !peers.is_empty() && !peers.contains_key(&args.node_id) {
         bail!("--peers must list this node ({}) too", args.node_id);
     }
-    if peers.len() > 1 && args.cluster_secret.as_deref().is_none_or(str::is_empty) {
+    if peers.len() > 1 && args.cluster_secret.as_ref().is_none_or(SecretString::is_empty) {
         bail!("a cluster needs --cluster-secret (or HOOKRAFT_CLUSTER_SECRET) shared by its nodes");
     }
     if !(1_000..=600_000).contains(&args.lease_ms) {

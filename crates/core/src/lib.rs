@@ -2,6 +2,8 @@
 //!
 //! A tour:
 //! - [`clock`]: the clock seam and RFC 3339 formatting.
+//! - [`entropy`]: the seam for secrets and the random part of ids.
+//! - [`redact`]: tokens and secrets that never show in `Debug`.
 //! - [`ids`]: typed, prefixed, time-ordered ids and the endpoint → shard hash.
 //! - [`signing`]: Standard Webhooks signatures (sign, verify, secrets).
 //! - [`retry`]: full-jitter backoff and the decision after each attempt.
@@ -23,10 +25,12 @@ pub mod breaks;
 pub mod clock;
 pub mod command;
 pub mod dense;
+pub mod entropy;
 pub mod ids;
 pub mod model;
 pub mod ratelimit;
 pub mod rebalance;
+pub mod redact;
 pub mod retry;
 pub mod signing;
 pub mod state;

@@ -10,6 +10,7 @@ use hookraft_api::routes::internal::{LocalWrite as LocalWriteTrait, LocalWriteEr
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::NodeId;
+use hookraft_core::redact::SecretString;
 use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
 use hookraft_raft::http_network::{ForwardError, forward_command};
 use hookraft_raft::rpc::Committed;
@@ -95,7 +96,7 @@ pub trait PeerClient: Send + Sync + 'static {
 /// [`PeerClient`] over the node-to-node HTTP RPC.
 pub struct HttpPeers {
     pub client: reqwest::Client,
-    pub cluster_secret: Option<String>,
+    pub cluster_secret: Option<SecretString>,
 }
 
 impl PeerClient for HttpPeers {
@@ -106,7 +107,13 @@ impl PeerClient for HttpPeers {
         command: &'a Command,
         timeout: Duration,
     ) -> ForwardFuture<'a> {
-        Box::pin(forward_command(&self.client, addr, self.cluster_secret.as_deref(), command, timeout))
+        Box::pin(forward_command(
+            &self.client,
+            addr,
+            self.cluster_secret.as_ref().map(SecretString::expose),
+            command,
+            timeout,
+        ))
     }
 }
 
@@ -212,6 +219,11 @@ impl Proposer for ClusterProposer {
     }
 }
 
+/// Why a node without a shared cluster secret takes no members.
+pub const NO_SHARED_SECRET: &str = "this node was started without a cluster secret, so it keeps one of its own \
+     that no other node knows, and a new node could not talk to it: restart it with --cluster-secret (or \
+     HOOKRAFT_CLUSTER_SECRET) and start the new node with the same secret, then add it";
+
 /// Membership changes through openraft, from the leader. A follower passes
 /// the change on to the leader's admin API.
 pub struct MembershipAdmin {
@@ -222,7 +234,10 @@ pub struct MembershipAdmin {
     /// system's root certificates, which every node start (and every
     /// simulated one) would otherwise pay for nothing.
     pub client: std::sync::OnceLock<reqwest::Client>,
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
+    /// False when the node runs on a secret of its own: no other node knows
+    /// it, so none can join.
+    pub shared_cluster_secret: bool,
 }
 
 impl MembershipAdmin {
@@ -259,7 +274,7 @@ impl MembershipAdmin {
         let addr = addr.ok_or_else(|| AdminError::Unavailable(format!("leader {leader} has no address")))?;
         let mut request = self.client()?.request(method, format!("http://{addr}{path}")).timeout(ADD_NODE_TIMEOUT);
         if let Some(token) = &self.admin_token {
-            request = request.bearer_auth(token);
+            request = request.bearer_auth(token.expose());
         }
         if let Some(body) = body {
             request = request.json(&body);
@@ -296,6 +311,9 @@ impl ClusterAdmin for MembershipAdmin {
 
     fn add_node(&self, id: NodeId, addr: String) -> AdminFuture<'_> {
         Box::pin(async move {
+            if !self.shared_cluster_secret {
+                return Err(AdminError::Conflict(NO_SHARED_SECRET.into()));
+            }
             let (_, _, leading) = self.leader()?;
             if !leading {
                 let body = serde_json::json!({ "id": id, "addr": addr });

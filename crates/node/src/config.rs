@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use hookraft_core::ids::NodeId;
+use hookraft_core::redact::SecretString;
 
 /// Settings of one node.
 #[derive(Debug, Clone)]
@@ -18,12 +19,15 @@ pub struct NodeConfig {
     /// single-node cluster. The lowest id initialises a new cluster; the
     /// others wait to be contacted.
     pub peers: BTreeMap<NodeId, String>,
-    /// Shared by the nodes; required on node-to-node requests when set.
-    pub cluster_secret: Option<String>,
+    /// Shared by the nodes, required on every node-to-node request. `None`:
+    /// the node keeps a secret of its own (generated on first start, kept in
+    /// its data dir), so its node RPC is closed to everyone and it cannot
+    /// take new members.
+    pub cluster_secret: Option<SecretString>,
     /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
-    pub api_token: Option<String>,
+    pub api_token: Option<SecretString>,
     /// When set, cluster administration requires this token instead.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
     /// Allow webhook targets on loopback, private and link-local addresses.
     pub allow_private_targets: bool,
     /// How long a heartbeat keeps this node's lease valid.
@@ -142,6 +146,20 @@ mod tests {
         assert_eq!(peers[&2], "b:2");
         for bad in ["1=a", "x=a:1", "0=a:1", "1=a:1,1=b:2", "a:1"] {
             assert!(parse_peers(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_token_or_secret() {
+        let mut config = NodeConfig::single("127.0.0.1:1".parse().unwrap());
+        config.api_token = Some("api-7c1e9".into());
+        config.admin_token = Some("admin-0b44d".into());
+        config.cluster_secret = Some("cluster-e8a21".into());
+        for shown in [format!("{config:?}"), format!("{config:#?}")] {
+            for secret in ["api-7c1e9", "admin-0b44d", "cluster-e8a21"] {
+                assert!(!shown.contains(secret), "{secret} shows in {shown}");
+            }
+            assert!(shown.contains("<redacted>"), "{shown}");
         }
     }
 

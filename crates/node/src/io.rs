@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hookraft_core::clock::Clock;
+use hookraft_core::entropy::Entropy;
+use hookraft_core::redact::SecretString;
 use hookraft_delivery::transport::Transport;
 use hookraft_raft::ApplyObserver;
 use hookraft_raft::http_network::HttpNetwork;
@@ -57,8 +59,12 @@ pub enum Storage {
 #[derive(Clone)]
 pub struct Io<N = HttpNetwork> {
     pub clock: Arc<dyn Clock>,
-    /// Seeds every generator of the node (ids, secrets, jitter).
+    /// Seeds the node's generators of things nobody has to guess (jitter,
+    /// election timeouts).
     pub seed: u64,
+    /// Signing and cluster secrets, and the random part of every id a
+    /// client sees: the OS in production, a seeded source in the simulator.
+    pub entropy: Arc<dyn Entropy>,
     /// Where webhooks go.
     pub transport: Arc<dyn Transport>,
     pub storage: Storage,
@@ -129,18 +135,20 @@ impl Io<HttpNetwork> {
     pub fn production(
         data_dir: PathBuf,
         allow_private_targets: bool,
-        cluster_secret: Option<String>,
+        cluster_secret: Option<SecretString>,
         runtimes: Runtimes,
     ) -> Result<Self, crate::NodeError> {
         let transport = hookraft_delivery::http::HttpTransport::new(allow_private_targets)
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
-        let network =
-            HttpNetwork::new(cluster_secret.clone()).map_err(|e| crate::NodeError::Transport(e.to_string()))?;
+        let network = HttpNetwork::new(cluster_secret.as_ref().map(|s| s.expose().to_owned()))
+            .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
         let peers = HttpPeers { client: network.client().clone(), cluster_secret };
         Ok(Self {
             clock: Arc::new(SystemClock::new()),
-            // The one draw from OS entropy; everything else derives from this seed.
+            // Jitter and timeouts derive from this seed; secrets and ids
+            // draw from the OS each time.
             seed: os_seed(),
+            entropy: Arc::new(OsEntropy),
             transport: Arc::new(transport),
             storage: Storage::Sled(data_dir),
             network,
@@ -151,7 +159,42 @@ impl Io<HttpNetwork> {
     }
 }
 
-#[allow(clippy::disallowed_methods)] // production's one draw from OS entropy
+#[allow(clippy::disallowed_methods)] // the seed of the generators nobody has to guess
 fn os_seed() -> u64 {
     rand::random::<u64>()
+}
+
+/// The operating system's generator (`getrandom`), drawn on every call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn fill(&self, dest: &mut [u8]) {
+        use rand::TryRng;
+        // Without the OS's entropy no secret can be made safely: stop
+        // rather than hand out a guessable one.
+        if let Err(error) = rand::rngs::SysRng.try_fill_bytes(dest) {
+            panic!("the operating system's random source failed: {error}");
+        }
+    }
+}
+
+/// A seeded source standing in for the OS's, so a seed replays the same
+/// ids and secrets: the simulator's and tests' only. Its secrets hold no
+/// more entropy than its 64-bit seed.
+#[derive(Debug)]
+pub struct SeededEntropy(std::sync::Mutex<rand::rngs::StdRng>);
+
+impl SeededEntropy {
+    pub fn new(seed: u64) -> Self {
+        use rand::SeedableRng;
+        Self(std::sync::Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)))
+    }
+}
+
+impl Entropy for SeededEntropy {
+    fn fill(&self, dest: &mut [u8]) {
+        use rand::Rng;
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).fill_bytes(dest);
+    }
 }

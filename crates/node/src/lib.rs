@@ -19,11 +19,12 @@ pub mod io;
 pub mod lease;
 pub mod log_writer;
 pub mod observer;
+pub mod secret;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hookraft_api::routes::internal::InternalRpc;
@@ -37,12 +38,11 @@ use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
 use hookraft_raft::{Raft, StateHandle, raft_config_snapshotting_every};
 use openraft::RaftNetworkFactory;
 use ractor::{Actor, ActorRef};
-use rand::SeedableRng;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::NodeConfig;
-pub use io::{Io, Runtimes, Storage, SystemClock};
+pub use io::{Io, OsEntropy, Runtimes, SeededEntropy, Storage, SystemClock};
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +57,8 @@ pub enum NodeError {
     Actors(String),
     #[error("http server: {0}")]
     Http(#[from] std::io::Error),
+    #[error("cluster secret: {0}")]
+    Secret(String),
 }
 
 /// A running node.
@@ -105,6 +107,17 @@ impl Node {
             None => link.clone(),
         };
         let (log_store, state_machine, state) = hookraft_raft::open(&backend, Some(observer))?;
+        let (cluster_secret, shared_cluster_secret) = match config.cluster_secret.clone() {
+            Some(secret) => (secret, true),
+            None => {
+                let secret = secret::node_local(&io.storage, io.entropy.as_ref()).map_err(NodeError::Secret)?;
+                tracing::info!(
+                    "no --cluster-secret: node RPC takes only this node's own secret (kept in its data dir), \
+                     so no other node can join; set --cluster-secret on every node to make a cluster"
+                );
+                (secret, false)
+            }
+        };
         let (log_sizes, snapshot_bytes) = (log_store.size_watch(), state_machine.snapshot_bytes());
 
         let mut config = config;
@@ -210,10 +223,11 @@ impl Node {
                 clock: io.clock.clone(),
                 client: std::sync::OnceLock::new(),
                 admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
+                shared_cluster_secret,
             }),
             admin_token: config.admin_token.clone(),
             clock: io.clock.clone(),
-            rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(io.seed.rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15)),
+            entropy: io.entropy.clone(),
             in_flight,
             delivery_metrics,
             metrics: ApiMetrics::default(),
@@ -223,11 +237,7 @@ impl Node {
         });
         let local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite> =
             Arc::new(cluster::RaftLocalWrite { writer });
-        let internal = Arc::new(InternalRpc {
-            raft: raft.clone(),
-            cluster_secret: config.cluster_secret.clone(),
-            local_write: local_write.clone(),
-        });
+        let internal = Arc::new(InternalRpc { raft: raft.clone(), cluster_secret, local_write: local_write.clone() });
         let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
         let server = listener.map(|listener| {
             let app = app.clone();

@@ -57,7 +57,7 @@ async fn create(
     }
     let secret = match &body.secret {
         Some(text) => Secret::parse(text).map_err(|e| Problem::invalid(format!("secret: {e}")))?,
-        None => ctx.with_rng(Secret::generate),
+        None => ctx.with_rng(|rng| Secret::generate(rng)),
     };
     let now_ms = ctx.clock.wall_ms();
     let id = ctx.with_rng(|rng| EndpointId::generate(now_ms, rng));
@@ -160,7 +160,7 @@ async fn rotate_secret(
     let id: EndpointId = parse_id(&id)?;
     let secret = match &body.secret {
         Some(text) => Secret::parse(text).map_err(|e| Problem::invalid(format!("secret: {e}")))?,
-        None => ctx.with_rng(Secret::generate),
+        None => ctx.with_rng(|rng| Secret::generate(rng)),
     };
     let grace_ms = match body.grace_period_s {
         Some(s) if s > GRACE_PERIOD_S_MAX => {

@@ -6,14 +6,15 @@
 //! enums of [`hookraft_raft::rpc`], which also names the paths and header.
 //!
 //! Statuses: 200 with a bincode reply whenever the request reached Raft
-//! (a Raft refusal travels inside the reply); 401 when the cluster has a
-//! secret and the request does not carry it (checked before the body is
-//! read, in constant time); 400 for a body that does not decode; 413 over
+//! (a Raft refusal travels inside the reply); 401 when the request does
+//! not carry the cluster secret (checked before the body is read, in
+//! constant time; every node has one); 400 for a body that does not decode; 413 over
 //! [`RPC_BODY_BYTES_MAX`]; 503 when Raft did not answer within the
 //! handler's bound.
 //!
-//! These routes carry no domain logic and must not be exposed without the
-//! secret outside a single-node or development setup.
+//! These routes carry no domain logic. A node started without a shared
+//! secret requires one of its own that no client knows, so they are never
+//! open.
 
 use std::fmt;
 use std::future::Future;
@@ -30,6 +31,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::post;
 use hookraft_core::command::Command;
+use hookraft_core::redact::SecretString;
 use hookraft_raft::rpc::{
     self, AppendRequest, CLUSTER_SECRET_HEADER, Committed, ProposeReply, RPC_BODY_BYTES_MAX, RaftReply,
     SnapshotRequest, VoteRequest,
@@ -71,17 +73,16 @@ pub enum LocalWriteError {
 /// What the internal routes need.
 pub struct InternalRpc {
     pub raft: Raft,
-    /// Required of every caller when set (`x-hookraft-cluster-secret`).
-    /// `None` lets everyone in: single-node and development only.
-    pub cluster_secret: Option<String>,
+    /// Required of every caller (`x-hookraft-cluster-secret`), in every
+    /// configuration: a node without a shared one holds a secret of its own.
+    pub cluster_secret: SecretString,
     /// Commits forwarded commands.
     pub local_write: Arc<dyn LocalWrite>,
 }
 
 impl fmt::Debug for InternalRpc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret = self.cluster_secret.as_ref().map(|_| "<redacted>");
-        f.debug_struct("InternalRpc").field("cluster_secret", &secret).finish_non_exhaustive()
+        f.debug_struct("InternalRpc").field("cluster_secret", &self.cluster_secret).finish_non_exhaustive()
     }
 }
 
@@ -97,9 +98,9 @@ pub fn router(rpc: Arc<InternalRpc>) -> Router {
         .with_state(rpc)
 }
 
-/// Lets a request through when no secret is configured or it carries the right one.
+/// Lets a request through only when it carries the cluster secret.
 async fn require_cluster_secret(State(rpc): State<Arc<InternalRpc>>, request: Request, next: Next) -> HttpResponse {
-    let Some(expected) = rpc.cluster_secret.as_deref() else { return next.run(request).await };
+    let expected = rpc.cluster_secret.expose();
     match request.headers().get(CLUSTER_SECRET_HEADER) {
         Some(sent) if crate::auth::constant_time_eq(sent.as_bytes(), expected.as_bytes()) => next.run(request).await,
         _ => Problem {
