@@ -84,6 +84,7 @@ impl Cluster {
             apply_tap: Some(self.tap.clone()),
             // One thread for everything, so a seed replays exactly.
             runtimes: Runtimes::default(),
+            tls: None,
         };
         let handle = Node::start(config, io, None).await?;
         self.net.attach(id, handle.raft().clone(), handle.local_write.clone());

@@ -248,7 +248,8 @@ impl TestCluster {
 
     /// `(id, http://127.0.0.1:<port>)` of every node, for tasks that need owned URLs.
     pub fn base_urls(&self) -> Vec<(u64, String)> {
-        self.ports.iter().map(|(id, port)| (*id, format!("http://127.0.0.1:{port}"))).collect()
+        let scheme = if self.options.node.tls { "https" } else { "http" };
+        self.ports.iter().map(|(id, port)| (*id, format!("{scheme}://127.0.0.1:{port}"))).collect()
     }
 
     pub fn node(&self, id: u64) -> &TestNode {

@@ -45,7 +45,7 @@ pub use api::{
 };
 pub use binary::locate_hookraft_binary;
 pub use cluster::{ClusterOptions, ClusterView, TestCluster, shard_of_endpoint};
-pub use node::{JsonResponse, NodeOptions, TestNode};
+pub use node::{JsonResponse, NodeOptions, TestNode, test_ca, tls_fixtures};
 pub use poll::{POLL_INTERVAL, eventually, wait_for};
 pub use receiver::{RecordedRequest, Reply, ScriptedReceiver};
 pub use reqwest::StatusCode;

@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,9 @@ pub struct NodeOptions {
     /// Listen on this port; `None` picks a free one (again on every start
     /// attempt). Cluster nodes need it: their peers are told the port first.
     pub port: Option<u16>,
+    /// Serve HTTPS with the test certificates of `tests/fixtures/tls` (and
+    /// call peers over it); the helpers then speak HTTPS, trusting that CA.
+    pub tls: bool,
 }
 
 impl Default for NodeOptions {
@@ -75,11 +78,18 @@ impl Default for NodeOptions {
             env: Vec::new(),
             binary: None,
             port: None,
+            tls: false,
         }
     }
 }
 
 impl NodeOptions {
+    /// Serves HTTPS with the test certificates (see [`NodeOptions::tls`]).
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Runs the node without `--allow-private-targets`.
     pub fn without_private_targets(mut self) -> Self {
         self.allow_private_targets = false;
@@ -191,8 +201,11 @@ impl TestNode {
         let binary = options.binary.clone().unwrap_or_else(locate_hookraft_binary);
         let dir = tempfile::Builder::new().prefix("hookraft-e2e-").tempdir().expect("create a temporary directory");
         fs::create_dir_all(dir.path().join("data")).expect("create the data directory");
-        let client =
-            reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT).build().expect("build the test HTTP client");
+        let mut builder = reqwest::Client::builder().no_proxy().timeout(REQUEST_TIMEOUT);
+        if options.tls {
+            builder = builder.tls_certs_only([test_ca()]);
+        }
+        let client = builder.build().expect("build the test HTTP client");
         let port = options.port.unwrap_or(0);
         Self { options, binary, dir, port, child: None, client, starts: 0 }
     }
@@ -276,9 +289,10 @@ impl TestNode {
         self.fail_start(&format!("{context}: exited before becoming ready on every attempt (last: {last_exit:?})"))
     }
 
-    /// `http://127.0.0.1:<port><path>`; `path` starts with `/`.
+    /// `http://127.0.0.1:<port><path>` (`https://` with TLS); `path` starts with `/`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        let scheme = if self.options.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -389,6 +403,12 @@ impl TestNode {
         if let Some(token) = &self.options.api_token {
             command.arg("--api-token").arg(token);
         }
+        if self.options.tls {
+            let dir = tls_fixtures();
+            command.arg("--tls-cert").arg(dir.join("node.pem"));
+            command.arg("--tls-key").arg(dir.join("node.key"));
+            command.arg("--tls-ca").arg(dir.join("ca.pem"));
+        }
         command.args(&self.options.extra_args);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("HOOKRAFT_") {
@@ -447,6 +467,17 @@ impl Drop for TestNode {
             let _ = child.wait();
         }
     }
+}
+
+/// The test-only certificates and keys (`tests/fixtures/tls`).
+pub fn tls_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("tls")
+}
+
+/// The test CA, for clients of a node started with [`NodeOptions::tls`].
+pub fn test_ca() -> reqwest::Certificate {
+    let pem = fs::read(tls_fixtures().join("ca.pem")).expect("read the test CA");
+    reqwest::Certificate::from_pem(&pem).expect("the test CA is PEM")
 }
 
 /// A port that was free a moment ago: bind port 0, read it, release it.

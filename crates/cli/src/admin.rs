@@ -45,6 +45,10 @@ struct Target {
     /// HOOKRAFT_API_TOKEN is used if present.
     #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true, global = true)]
     token: Option<SecretString>,
+    /// PEM certificate of the authority to trust for an https:// node
+    /// [default: the system's roots].
+    #[arg(long, env = "HOOKRAFT_TLS_CA", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -113,7 +117,11 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let base = base_url(&args.target.node)?;
     let token = args.target.token.clone().or_else(|| std::env::var("HOOKRAFT_API_TOKEN").ok().map(SecretString::from));
     let call = args.command.call();
-    let (status, body) = send(&base, token.as_ref().map(SecretString::expose), &call).await?;
+    let ca = match &args.target.tls_ca {
+        Some(path) => Some(std::fs::read(path).with_context(|| format!("reading --tls-ca {}", path.display()))?),
+        None => None,
+    };
+    let (status, body) = send(&base, token.as_ref().map(SecretString::expose), ca.as_deref(), &call).await?;
     if status.is_client_error() || status.is_server_error() {
         eprintln!("{}", pretty(&body));
         bail!("{} {} answered {}", call.method, call.path, describe_problem(status, &body));
@@ -142,8 +150,12 @@ fn base_url(node: &str) -> anyhow::Result<String> {
 
 /// Sends `call` and returns the status and the body (JSON when it parses,
 /// else the text as a JSON string).
-async fn send(base: &str, token: Option<&str>, call: &Call) -> anyhow::Result<(StatusCode, Value)> {
-    let client = reqwest::Client::builder()
+async fn send(base: &str, token: Option<&str>, ca: Option<&[u8]>, call: &Call) -> anyhow::Result<(StatusCode, Value)> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(pem) = ca {
+        builder = builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem).context("--tls-ca is not PEM")?);
+    }
+    let client = builder
         .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
         .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
         .build()

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use hookraft_core::redact::SecretString;
+use hookraft_node::tls::Tls;
 use hookraft_node::{Io, Node, NodeConfig, Runtimes};
 
 use crate::limits::{OpenFiles, raise_open_files};
@@ -58,6 +59,17 @@ pub struct ServeArgs {
     /// less than on one runtime (docs/benchmarks.md).
     #[arg(long, env = "HOOKRAFT_DELIVERY_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     delivery_threads: Option<u16>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key); the
+    /// node then calls its peers over HTTPS too.
+    #[arg(long, env = "HOOKRAFT_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "HOOKRAFT_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM certificate of the authority that signed the nodes'
+    /// certificates, the only one trusted for peers [default: the system's roots].
+    #[arg(long, env = "HOOKRAFT_TLS_CA", requires = "tls_cert")]
+    tls_ca: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -117,12 +129,22 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.retention_ms = args.retention.0;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
-    let io =
-        Io::production(args.data_dir.clone(), args.allow_private_targets, config.cluster_secret.clone(), runtimes)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Tls::load(cert, key, args.tls_ca.as_deref()).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    let io = Io::production(
+        args.data_dir.clone(),
+        args.allow_private_targets,
+        config.cluster_secret.clone(),
+        runtimes,
+        tls,
+    )?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let mut node = Node::start(config, io, Some(listener)).await.context("starting the node")?;
-    tracing::info!(data_dir = %args.data_dir.display(), "ready: try `curl http://{}/v1/cluster`", node.addr);
+    let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
+    tracing::info!(data_dir = %args.data_dir.display(), "ready: try `curl {scheme}://{}/v1/cluster`", node.addr);
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

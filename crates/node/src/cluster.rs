@@ -97,6 +97,8 @@ pub trait PeerClient: Send + Sync + 'static {
 pub struct HttpPeers {
     pub client: reqwest::Client,
     pub cluster_secret: Option<SecretString>,
+    /// Call peers whose address names no scheme over HTTPS.
+    pub https: bool,
 }
 
 impl PeerClient for HttpPeers {
@@ -107,13 +109,11 @@ impl PeerClient for HttpPeers {
         command: &'a Command,
         timeout: Duration,
     ) -> ForwardFuture<'a> {
-        Box::pin(forward_command(
-            &self.client,
-            addr,
-            self.cluster_secret.as_ref().map(SecretString::expose),
-            command,
-            timeout,
-        ))
+        Box::pin(async move {
+            let base = hookraft_raft::http_network::peer_base(addr, self.https);
+            let secret = self.cluster_secret.as_ref().map(SecretString::expose);
+            forward_command(&self.client, &base, secret, command, timeout).await
+        })
     }
 }
 
@@ -238,6 +238,9 @@ pub struct MembershipAdmin {
     /// False when the node runs on a secret of its own: no other node knows
     /// it, so none can join.
     pub shared_cluster_secret: bool,
+    /// `Some` when the nodes speak HTTPS: the authority trusted for them
+    /// (empty: the system's roots).
+    pub peer_tls: Option<Vec<reqwest::Certificate>>,
 }
 
 impl MembershipAdmin {
@@ -245,7 +248,11 @@ impl MembershipAdmin {
         if let Some(client) = self.client.get() {
             return Ok(client);
         }
-        let client = reqwest::Client::builder()
+        let builder = match &self.peer_tls {
+            Some(roots) if !roots.is_empty() => reqwest::Client::builder().tls_certs_only(roots.clone()),
+            _ => reqwest::Client::builder(),
+        };
+        let client = builder
             .no_proxy()
             .retry(reqwest::retry::never())
             .connect_timeout(Duration::from_secs(1))
@@ -272,7 +279,8 @@ impl MembershipAdmin {
     ) -> Result<(), AdminError> {
         let (leader, addr, _) = self.leader()?;
         let addr = addr.ok_or_else(|| AdminError::Unavailable(format!("leader {leader} has no address")))?;
-        let mut request = self.client()?.request(method, format!("http://{addr}{path}")).timeout(ADD_NODE_TIMEOUT);
+        let base = hookraft_raft::http_network::peer_base(&addr, self.peer_tls.is_some());
+        let mut request = self.client()?.request(method, format!("{base}{path}")).timeout(ADD_NODE_TIMEOUT);
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token.expose());
         }

@@ -77,6 +77,8 @@ pub struct Io<N = HttpNetwork> {
     /// Where Raft and the deliveries run; by default with everything else
     /// on the caller's runtime.
     pub runtimes: Runtimes,
+    /// Serve HTTPS, and call peers over it when it names their authority.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// The runtimes a node's work is spread over. `None` runs that part with
@@ -137,12 +139,22 @@ impl Io<HttpNetwork> {
         allow_private_targets: bool,
         cluster_secret: Option<SecretString>,
         runtimes: Runtimes,
+        tls: Option<crate::tls::Tls>,
     ) -> Result<Self, crate::NodeError> {
         let transport = hookraft_delivery::http::HttpTransport::new(allow_private_targets)
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
-        let network = HttpNetwork::new(cluster_secret.as_ref().map(|s| s.expose().to_owned()))
+        let roots = tls.as_ref().map(crate::tls::Tls::peer_roots).transpose().map_err(crate::NodeError::Transport)?;
+        // With TLS on, peers are called over HTTPS, trusting `--tls-ca` or
+        // else the system's roots.
+        let https = tls.is_some();
+        let client = hookraft_raft::http_network::rpc_client_trusting(roots.unwrap_or_default())
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
-        let peers = HttpPeers { client: network.client().clone(), cluster_secret };
+        let mut network = HttpNetwork::with_client(client, cluster_secret.as_ref().map(|s| s.expose().to_owned()))
+            .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
+        if https {
+            network = network.over_https();
+        }
+        let peers = HttpPeers { client: network.client().clone(), cluster_secret, https };
         Ok(Self {
             clock: Arc::new(SystemClock::new()),
             // Jitter and timeouts derive from this seed; secrets and ids
@@ -155,6 +167,7 @@ impl Io<HttpNetwork> {
             peers: Arc::new(peers),
             apply_tap: None,
             runtimes,
+            tls,
         })
     }
 }

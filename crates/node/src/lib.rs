@@ -20,6 +20,7 @@ pub mod lease;
 pub mod log_writer;
 pub mod observer;
 pub mod secret;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -224,6 +225,7 @@ impl Node {
                 client: std::sync::OnceLock::new(),
                 admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
                 shared_cluster_secret,
+                peer_tls: io.tls.as_ref().map(tls::Tls::peer_roots).transpose().map_err(NodeError::Transport)?,
             }),
             admin_token: config.admin_token.clone(),
             clock: io.clock.clone(),
@@ -239,18 +241,26 @@ impl Node {
             Arc::new(cluster::RaftLocalWrite { writer });
         let internal = Arc::new(InternalRpc { raft: raft.clone(), cluster_secret, local_write: local_write.clone() });
         let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
-        let server = listener.map(|listener| {
-            let app = app.clone();
-            let mut stop = stop.clone();
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await
-            })
-        });
-        tracing::info!(node = config.node_id, %addr, "hookraft node serving");
+        let server = match listener {
+            None => None,
+            Some(listener) => {
+                let app = app.clone();
+                let mut stop = stop.clone();
+                let stopped = async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                Some(match &io.tls {
+                    Some(tls) => {
+                        let listener = tls::TlsListener::new(listener, tls.server.clone())?;
+                        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await })
+                    }
+                    None => {
+                        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await })
+                    }
+                })
+            }
+        };
+        tracing::info!(node = config.node_id, %addr, tls = io.tls.is_some(), "hookraft node serving");
         Ok(NodeHandle { addr, state, raft, supervisor, shutdown, server, router: app, local_write })
     }
 }

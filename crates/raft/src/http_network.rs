@@ -84,7 +84,15 @@ pub enum ForwardError {
 /// Builds the HTTP client for node-to-node calls: no proxies from the
 /// environment, no retries of its own, a [`CONNECT_TIMEOUT`].
 pub fn rpc_client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
+    rpc_client_trusting(Vec::new())
+}
+
+/// [`rpc_client`] that trusts only `roots` for HTTPS (the peers'
+/// authority, `--tls-ca`); with none, the system's roots.
+pub fn rpc_client_trusting(roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client, reqwest::Error> {
+    let builder =
+        if roots.is_empty() { reqwest::Client::builder() } else { reqwest::Client::builder().tls_certs_only(roots) };
+    builder
         .no_proxy()
         .retry(reqwest::retry::never())
         .redirect(reqwest::redirect::Policy::none())
@@ -101,6 +109,8 @@ pub struct HttpNetwork {
     client: reqwest::Client,
     /// The header value sent to every peer; `None` when the cluster has no secret.
     cluster_secret: Option<HeaderValue>,
+    /// Call peers whose address names no scheme over HTTPS.
+    https: bool,
 }
 
 impl fmt::Debug for HttpNetwork {
@@ -119,7 +129,13 @@ impl HttpNetwork {
     /// A network over `client`, which should be built like [`rpc_client`].
     pub fn with_client(client: reqwest::Client, cluster_secret: Option<String>) -> Result<Self, HttpNetworkError> {
         let cluster_secret = cluster_secret.as_deref().map(secret_header).transpose()?;
-        Ok(Self { client, cluster_secret })
+        Ok(Self { client, cluster_secret, https: false })
+    }
+
+    /// Calls peers whose address names no scheme over HTTPS.
+    pub fn over_https(mut self) -> Self {
+        self.https = true;
+        self
     }
 
     /// The HTTP client, to share with [`forward_command`].
@@ -134,14 +150,21 @@ fn secret_header(secret: &str) -> Result<HeaderValue, HttpNetworkError> {
     Ok(value)
 }
 
-/// `http://{addr}{path}`; an `addr` that already names a scheme is kept.
-fn url(addr: &str, path: &str) -> String {
+/// `http://{addr}{path}`, or `https://` when `https`; an `addr` that
+/// already names a scheme is kept.
+fn url(addr: &str, path: &str, https: bool) -> String {
     let addr = addr.trim_end_matches('/');
     if addr.starts_with("http://") || addr.starts_with("https://") {
         format!("{addr}{path}")
     } else {
-        format!("http://{addr}{path}")
+        format!("{}://{addr}{path}", if https { "https" } else { "http" })
     }
+}
+
+/// `addr` with the scheme a peer is called with: its own, else `https://`
+/// when `https`, else `http://`.
+pub fn peer_base(addr: &str, https: bool) -> String {
+    url(addr, "", https)
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
@@ -151,6 +174,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
         HttpPeer {
             client: self.client.clone(),
             cluster_secret: self.cluster_secret.clone(),
+            https: self.https,
             target,
             node: node.clone(),
         }
@@ -162,6 +186,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
 pub struct HttpPeer {
     client: reqwest::Client,
     cluster_secret: Option<HeaderValue>,
+    https: bool,
     target: NodeId,
     /// The peer's address, as in the membership config.
     node: BasicNode,
@@ -256,7 +281,7 @@ impl HttpPeer {
         request: &Req,
         option: &RPCOption,
     ) -> Result<RaftReply<Rep>, CallError> {
-        let url = url(&self.node.addr, path);
+        let url = url(&self.node.addr, path, self.https);
         call(&self.client, &url, self.cluster_secret.as_ref(), request, option.hard_ttl()).await
     }
 
@@ -370,7 +395,7 @@ pub async fn forward_command(
     timeout: Duration,
 ) -> Result<rpc::Committed, ForwardError> {
     let secret = secret.map(secret_header).transpose().map_err(|e| ForwardError::Rejected(e.to_string()))?;
-    let reply = call(client, &url(addr, rpc::PROPOSE_PATH), secret.as_ref(), command, timeout).await;
+    let reply = call(client, &url(addr, rpc::PROPOSE_PATH, false), secret.as_ref(), command, timeout).await;
     match reply {
         Ok(ProposeReply::Applied(committed)) => Ok(committed),
         Ok(ProposeReply::NotLeader { leader: Some(leader) }) => Err(ForwardError::NotLeader { leader: Some(leader) }),
@@ -401,8 +426,11 @@ mod tests {
 
     #[test]
     fn url_adds_http_unless_a_scheme_is_given() {
-        assert_eq!(url("10.0.0.1:7000", rpc::VOTE_PATH), "http://10.0.0.1:7000/internal/raft/vote");
-        assert_eq!(url("https://n1:7000/", rpc::VOTE_PATH), "https://n1:7000/internal/raft/vote");
+        assert_eq!(url("10.0.0.1:7000", rpc::VOTE_PATH, false), "http://10.0.0.1:7000/internal/raft/vote");
+        assert_eq!(url("10.0.0.1:7000", rpc::VOTE_PATH, true), "https://10.0.0.1:7000/internal/raft/vote");
+        assert_eq!(url("https://n1:7000/", rpc::VOTE_PATH, false), "https://n1:7000/internal/raft/vote");
+        assert_eq!(url("http://n1:7000", rpc::VOTE_PATH, true), "http://n1:7000/internal/raft/vote");
+        assert_eq!(peer_base("n1:7000", true), "https://n1:7000");
     }
 
     #[test]

@@ -1,0 +1,152 @@
+//! TLS for the node's one port (public API and node-to-node RPC) and for
+//! its links to the other nodes.
+//!
+//! `hookraft serve --tls-cert FILE --tls-key FILE` serves HTTPS and calls
+//! its peers over HTTPS; `--tls-ca FILE` names the certificate authority
+//! that signed the nodes' certificates, trusted alone for them (without it,
+//! the system's roots). Handshakes run in tasks of their own, at most
+//! [`HANDSHAKES_MAX`] at once and each within [`HANDSHAKE_TIMEOUT`], so a
+//! client that opens a connection and says nothing holds no other one up.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+/// Longest a client may take to finish its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; further connections wait to be read.
+pub const HANDSHAKES_MAX: usize = 1_024;
+/// Finished handshakes waiting for the HTTP server to take them.
+const READY_QUEUE: usize = 256;
+
+/// What `--tls-cert`, `--tls-key` and `--tls-ca` loaded.
+#[derive(Clone)]
+pub struct Tls {
+    /// Serves this node's port.
+    pub server: Arc<rustls::ServerConfig>,
+    /// The authority the node trusts for its peers (PEM), when given.
+    pub peer_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("peer_ca", &self.peer_ca_pem.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Loads a PEM certificate chain and its private key, and optionally
+    /// the peers' authority. Errors name the file and what is wrong with it,
+    /// never the key's bytes.
+    pub fn load(cert: &Path, key: &Path, peer_ca: Option<&Path>) -> Result<Self, String> {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .map_err(|e| format!("{}: {e}", cert.display()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", cert.display()))?;
+        if chain.is_empty() {
+            return Err(format!("{}: no PEM certificate in it", cert.display()));
+        }
+        let key =
+            PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: not a PEM private key ({e})", key.display()))?;
+        let mut server = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| format!("the certificate and key do not make a TLS server: {e}"))?;
+        server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let peer_ca_pem = match peer_ca {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                if CertificateDer::pem_slice_iter(&pem).next().is_none() {
+                    return Err(format!("{}: no PEM certificate in it", path.display()));
+                }
+                Some(pem)
+            }
+            None => None,
+        };
+        Ok(Self { server: Arc::new(server), peer_ca_pem })
+    }
+
+    /// The peers' authority as reqwest certificates.
+    pub fn peer_roots(&self) -> Result<Vec<reqwest::Certificate>, String> {
+        match &self.peer_ca_pem {
+            Some(pem) => reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("--tls-ca: {e}")),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// A listener that hands axum connections whose TLS handshake finished.
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    /// Starts accepting on `tcp`; handshakes run in tasks of their own.
+    pub fn new(tcp: TcpListener, server: Arc<rustls::ServerConfig>) -> io::Result<Self> {
+        let local = tcp.local_addr()?;
+        let (tx, ready) = mpsc::channel(READY_QUEUE);
+        let accepting = tokio::spawn(accept_loop(tcp, TlsAcceptor::from(server), tx));
+        Ok(Self { ready, local, accepting })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+async fn accept_loop(tcp: TcpListener, acceptor: TlsAcceptor, ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>) {
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
+    loop {
+        let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
+        let (stream, peer) = match tcp.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors and the like: wait, do not spin.
+                tracing::warn!(%error, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, ready) = (acceptor.clone(), ready.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = ready.send((tls, peer)).await;
+                }
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accept loop ended (it never does while the listener lives).
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
