@@ -150,3 +150,44 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.local)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tls").join(name)
+    }
+
+    #[test]
+    fn loads_a_certificate_its_key_and_the_peers_authority() {
+        let tls = Tls::load(&fixture("node.pem"), &fixture("node.key"), Some(&fixture("ca.pem"))).expect("loads");
+        assert_eq!(tls.peer_roots().unwrap().len(), 1);
+        assert!(tls.server.alpn_protocols.contains(&b"http/1.1".to_vec()));
+        let shown = format!("{tls:?}");
+        assert!(!shown.contains("BEGIN"), "{shown}");
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_their_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not pem at all").unwrap();
+        let missing = dir.path().join("missing.pem");
+        let cases = [
+            (missing.clone(), fixture("node.key"), None, "missing.pem"),
+            (garbage.clone(), fixture("node.key"), None, "no PEM certificate"),
+            (fixture("node.pem"), garbage.clone(), None, "garbage.pem"),
+            // A key that is not the certificate's: the CA's certificate as the chain.
+            (fixture("ca.pem"), fixture("node.key"), None, "do not make a TLS server"),
+            (fixture("node.pem"), fixture("node.key"), Some(garbage.clone()), "garbage.pem"),
+        ];
+        for (cert, key, ca, expected) in cases {
+            let error = Tls::load(&cert, &key, ca.as_deref()).expect_err("refused");
+            assert!(error.contains(expected), "{expected}: {error}");
+            assert!(!error.contains("PRIVATE KEY"), "{error}");
+        }
+    }
+}
