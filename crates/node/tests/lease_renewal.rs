@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hookraft_core::Command;
 use hookraft_core::clock::Clock;
 use hookraft_core::command::NewEvent;
 use hookraft_core::ids::EventId;
-use hookraft_core::Command;
 use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
 use hookraft_delivery::supervisor::SupervisorMsg;
 use hookraft_node::lease::{Lease, LeaseLoop};
