@@ -17,6 +17,7 @@ pub mod config;
 pub mod ingest;
 pub mod io;
 pub mod lease;
+pub mod listener;
 pub mod log_writer;
 pub mod observer;
 
@@ -233,7 +234,7 @@ impl Node {
             let app = app.clone();
             let mut stop = stop.clone();
             tokio::spawn(async move {
-                axum::serve(listener, app)
+                axum::serve(listener::Limited::new(listener, listener::CONNECTIONS_MAX), app)
                     .with_graceful_shutdown(async move {
                         let _ = stop.wait_for(|s| *s).await;
                     })
