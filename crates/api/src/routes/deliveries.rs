@@ -220,7 +220,7 @@ mod tests {
         (state, a, b)
     }
 
-    fn all_after<'a>(state: &'a ClusterState, after: Option<DeliveryId>) -> impl Iterator<Item = &'a Delivery> {
+    fn all_after(state: &ClusterState, after: Option<DeliveryId>) -> impl Iterator<Item = &Delivery> {
         let after = after.map_or(Bound::Unbounded, Bound::Excluded);
         state.deliveries.range((after, Bound::Unbounded)).map(|(_, d)| &**d)
     }
