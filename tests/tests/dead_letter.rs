@@ -92,9 +92,12 @@ async fn bulk_replay_of_dead_deliveries_after_fix_delivers_all_and_a_future_wind
         assert_eq!(status, StatusCode::ACCEPTED, "{window}: {answer}");
         assert_eq!(answer["replayed"], 0, "{window} matches no delivery: {answer}");
     }
+    let bad_cursor = node.post_json(&replay_path, &json!({"state": "dead", "cursor": "evt_not-a-delivery"})).await;
+    assert_problem(&bad_cursor, StatusCode::BAD_REQUEST, "bulk replay with a cursor that is no delivery id");
     let (status, _, answer) = node.post_json(&replay_path, &json!({"state": "dead"})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     assert_eq!(answer["replayed"], EVENTS, "{answer}");
+    assert!(answer["next_cursor"].is_null(), "all replayed in one call: {answer}");
 
     for id in &delivery_ids {
         let delivered = wait_delivery_state(&node, id, "delivered", DEADLINE).await;

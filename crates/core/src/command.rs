@@ -140,11 +140,27 @@ pub struct Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplayTarget {
     Delivery(DeliveryId),
-    /// Dead deliveries of an endpoint created in `[since_ms, until_ms)`.
+    /// Dead deliveries of an endpoint created in `[since_ms, until_ms)`,
+    /// all in one entry. The API proposes [`ReplayTarget::EndpointDeadAfter`]
+    /// instead; this stays for the logs that hold it.
     EndpointDead {
         endpoint_id: EndpointId,
         since_ms: Option<u64>,
         until_ms: Option<u64>,
+    },
+    /// One bounded step of a bulk replay: dead deliveries of an endpoint
+    /// created in `[since_ms, until_ms)`, with ids above `after`, in id
+    /// order; at most `max` (and never more than
+    /// [`crate::state::REPLAY_BATCH_MAX`]) re-queued and at most
+    /// [`crate::state::REPLAY_SCAN_MAX`] dead deliveries looked at. The
+    /// response, [`Response::ReplayedUpTo`], says where the next step
+    /// starts.
+    EndpointDeadAfter {
+        endpoint_id: EndpointId,
+        since_ms: Option<u64>,
+        until_ms: Option<u64>,
+        after: Option<DeliveryId>,
+        max: u32,
     },
 }
 
@@ -178,6 +194,13 @@ pub enum Response {
     Pruned {
         events: u32,
         deliveries: u32,
+    },
+    /// What one step of a bulk replay re-queued, and the id the next step
+    /// starts after (`None`: the endpoint has no dead delivery past what
+    /// this step looked at).
+    ReplayedUpTo {
+        deliveries: Vec<(DeliveryId, EndpointId)>,
+        next_after: Option<DeliveryId>,
     },
 }
 

@@ -57,8 +57,8 @@ pub struct SupervisorState {
     ctx: DeliveryContext,
     actors: BTreeMap<EndpointId, Running>,
     by_actor: HashMap<ActorId, EndpointId>,
-    /// Recent restarts per endpoint: (window start, count).
-    restarts: HashMap<EndpointId, (u64, u32)>,
+    /// Recent restarts per endpoint.
+    restarts: RestartLog,
 }
 
 impl Actor for DeliverySupervisor {
@@ -75,7 +75,7 @@ impl Actor for DeliverySupervisor {
         // The handle is detached, not kept: the interval's task ends on its
         // own once a send fails, i.e. when the supervisor has stopped.
         drop(myself.send_interval(REBALANCE_EVERY, || SupervisorMsg::Rebalance));
-        Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: HashMap::new() })
+        Ok(SupervisorState { ctx, actors: BTreeMap::new(), by_actor: HashMap::new(), restarts: RestartLog::default() })
     }
 
     async fn handle(
@@ -198,6 +198,8 @@ impl SupervisorState {
             .into_iter()
             .filter_map(|id| self.ctx.ownership.token_for(id.shard()).map(|token| (id, token)))
             .collect();
+        let now_ms = self.ctx.clock.monotonic_ms();
+        self.restarts.prune(now_ms, |endpoint_id| wanted.contains_key(endpoint_id), RESTART_PRUNE_MAX);
         for (endpoint_id, Running { actor, .. }) in &self.actors {
             if !wanted.contains_key(endpoint_id) {
                 actor.stop(Some("shard or lease no longer held here".into()));
@@ -245,11 +247,109 @@ impl SupervisorState {
     /// Counts a restart; false when the endpoint has crashed too often lately.
     fn note_restart(&mut self, endpoint_id: &EndpointId) -> bool {
         let now_ms = self.ctx.clock.monotonic_ms();
-        let entry = self.restarts.entry(*endpoint_id).or_insert((now_ms, 0));
-        if now_ms.saturating_sub(entry.0) > RESTART_WINDOW_MS {
+        self.restarts.note(*endpoint_id, now_ms)
+    }
+}
+
+/// Records of restarts one rebalance (every [`REBALANCE_EVERY`]) looks at,
+/// at most, to forget those whose window is over or whose endpoint this
+/// node no longer runs.
+const RESTART_PRUNE_MAX: usize = 256;
+
+/// Recent restarts per endpoint: when its window started and how many
+/// restarts it has seen. Without pruning it kept a record for every
+/// endpoint that ever crashed on this node; [`RestartLog::prune`] forgets
+/// the ones that no longer count, a bounded number looked at per call,
+/// going round the log from where the last call stopped.
+#[derive(Debug, Default)]
+struct RestartLog {
+    recent: BTreeMap<EndpointId, (u64, u32)>,
+    /// Where the next prune starts looking (after this endpoint).
+    cursor: Option<EndpointId>,
+}
+
+impl RestartLog {
+    /// Counts a restart of `endpoint_id` at `now_ms`; false when it is
+    /// past [`RESTARTS_MAX`] within [`RESTART_WINDOW_MS`].
+    fn note(&mut self, endpoint_id: EndpointId, now_ms: u64) -> bool {
+        let entry = self.recent.entry(endpoint_id).or_insert((now_ms, 0));
+        if expired(*entry, now_ms) {
             *entry = (now_ms, 0);
         }
         entry.1 += 1;
         entry.1 <= RESTARTS_MAX
+    }
+
+    /// Forgets records whose window is over at `now_ms` or whose endpoint
+    /// `keep` refuses, looking at `max` records at most.
+    fn prune(&mut self, now_ms: u64, keep: impl Fn(&EndpointId) -> bool, max: usize) {
+        use std::ops::Bound;
+        let from = self.cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        let looked: Vec<(EndpointId, bool)> = self
+            .recent
+            .range((from, Bound::Unbounded))
+            .chain(self.recent.range(..))
+            .take(max.min(self.recent.len()))
+            .map(|(id, entry)| (*id, expired(*entry, now_ms) || !keep(id)))
+            .collect();
+        self.cursor = looked.last().map(|(id, _)| *id);
+        for (id, _) in looked.iter().filter(|(_, forget)| *forget) {
+            self.recent.remove(id);
+        }
+    }
+}
+
+/// Whether a restart window that started at `entry.0` is over at `now_ms`.
+fn expired(entry: (u64, u32), now_ms: u64) -> bool {
+    now_ms.saturating_sub(entry.0) > RESTART_WINDOW_MS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn endpoints(n: usize) -> Vec<EndpointId> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let mut ids: Vec<EndpointId> = (0..n).map(|_| EndpointId::generate(1, &mut rng)).collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn restarts_past_the_limit_within_the_window_are_refused_and_a_new_window_allows_them_again() {
+        let [a] = endpoints(1)[..] else { unreachable!() };
+        let mut log = RestartLog::default();
+        for _ in 0..RESTARTS_MAX {
+            assert!(log.note(a, 1_000));
+        }
+        assert!(!log.note(a, 1_000 + RESTART_WINDOW_MS), "the sixth within the window");
+        assert!(log.note(a, 1_001 + RESTART_WINDOW_MS), "a new window");
+    }
+
+    #[test]
+    fn prune_forgets_expired_windows_and_endpoints_no_longer_run_looking_at_a_bounded_number_each_time() {
+        let ids = endpoints(10);
+        let mut log = RestartLog::default();
+        for (i, id) in ids.iter().enumerate() {
+            // The first five crashed long ago, the rest just now.
+            log.note(*id, if i < 5 { 0 } else { 2 * RESTART_WINDOW_MS });
+        }
+        let gone = ids[9];
+        let now_ms = 2 * RESTART_WINDOW_MS + 10;
+        log.prune(now_ms, |id| *id != gone, 4);
+        assert_eq!(log.recent.len(), 6, "four looked at, all four expired");
+        log.prune(now_ms, |id| *id != gone, 4);
+        assert_eq!(log.recent.len(), 5, "the fifth expired; three recent kept");
+        log.prune(now_ms, |id| *id != gone, 4);
+        assert_eq!(log.recent.len(), 4, "the endpoint no longer run is forgotten");
+        let kept: Vec<EndpointId> = log.recent.keys().copied().collect();
+        assert_eq!(kept, ids[5..9].to_vec());
+        // Going round: the recent ones stay until their window ends.
+        log.prune(now_ms, |_| true, 4);
+        assert_eq!(log.recent.len(), 4);
+        log.prune(3 * RESTART_WINDOW_MS + 1, |_| true, 100);
+        assert_eq!(log.recent.len(), 0);
+        log.prune(now_ms, |_| true, 4);
     }
 }

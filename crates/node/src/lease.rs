@@ -5,7 +5,9 @@
 //! committed, plus the lease: measured on its own clock, never extended by
 //! a slow commit. It may send for its shards only while the lease is valid
 //! ([`LeaseOwnership`]). When the lease starts or stops being valid the
-//! delivery supervisor rebalances its actors.
+//! delivery supervisor rebalances its actors. The heartbeats and this
+//! watch run in a task of their own, apart from the leader duties below,
+//! so no duty's commit, however slow, delays a renewal.
 //!
 //! As leader, the node also runs the rebalancer ([`hookraft_core::rebalance`])
 //! every [`LEADER_DUTY_MS`]: shards of nodes whose liveness expired (plus
@@ -79,7 +81,7 @@ impl Ownership for LeaseOwnership {
     }
 }
 
-/// What the heartbeat loop needs.
+/// What the renewal and the leader duties need.
 pub struct LeaseLoop {
     pub node_id: NodeId,
     pub lease_ms: u64,
@@ -110,51 +112,106 @@ pub const PRUNE_BATCH: u32 = 512;
 pub const PRUNE_ENTRIES_PER_DUTY: usize = 32;
 
 impl LeaseLoop {
-    /// Runs until the node stops.
-    pub async fn run(mut self) {
+    /// Runs until the node stops: the renewal (heartbeats and the watch on
+    /// the lease's validity) here, the leader duties (rebalancing, pruning)
+    /// in a task of their own. A duty waits on its commits as long as they
+    /// take (a `Prune` behind a snapshot's clone, a rebalance behind a
+    /// slow follower); in one loop with the heartbeats, 32 slow prunes in a
+    /// row let the lease lapse while the node was healthy
+    /// (DESIGN-NOTES note 46).
+    pub async fn run(self) {
+        let this = Arc::new(self);
+        let duties = tokio::spawn(this.clone().run_duties());
+        this.run_renewal().await;
+        // The duties watch the same stop signal; a duty's commit in flight
+        // is not waited for.
+        duties.abort();
+    }
+
+    /// Every `lease/3` a heartbeat; every [`LEASE_CHECK_MS`], also while a
+    /// heartbeat is waiting for its commit, a look at whether the lease
+    /// started or stopped being valid.
+    async fn run_renewal(&self) {
         let period_ms = (self.lease_ms / 3).max(1);
+        let mut stop = self.stop.clone();
         let mut next_heartbeat_ms = 0;
-        let mut next_duty_ms = 0;
-        let mut next_prune_ms = 0;
         let mut was_valid = false;
         loop {
             let now_ms = self.clock.monotonic_ms();
             if now_ms >= next_heartbeat_ms {
                 next_heartbeat_ms = now_ms + period_ms;
-                self.heartbeat(now_ms).await;
-            }
-            if self.clock.monotonic_ms() >= next_duty_ms {
-                next_duty_ms = self.clock.monotonic_ms() + LEADER_DUTY_MS;
-                self.leader_duties().await;
-                if let Some(retention_ms) = self.retention_ms
-                    && self.clock.monotonic_ms() >= next_prune_ms
-                    && self.is_leader()
-                {
-                    let mut more = false;
-                    for _ in 0..PRUNE_ENTRIES_PER_DUTY {
-                        more = self.prune(retention_ms).await;
-                        if !more {
-                            break;
+                let beat = self.heartbeat(now_ms);
+                tokio::pin!(beat);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|stopped| *stopped) => return,
+                        () = &mut beat => break,
+                        () = tokio::time::sleep(Duration::from_millis(LEASE_CHECK_MS)) => {
+                            if !self.watch_validity(&mut was_valid) {
+                                return;
+                            }
                         }
                     }
-                    next_prune_ms = self.clock.monotonic_ms() + if more { 0 } else { PRUNE_EVERY_MS };
                 }
             }
-            let valid = self.lease.is_valid(self.clock.monotonic_ms());
-            if valid != was_valid {
-                tracing::info!(node = self.node_id, valid, "lease changed");
-                if was_valid {
-                    self.lease.expiries_total.fetch_add(1, Ordering::Relaxed);
-                }
-                was_valid = valid;
-                if self.supervisor.send_message(SupervisorMsg::Rebalance).is_err() {
-                    return;
-                }
+            if !self.watch_validity(&mut was_valid) {
+                return;
             }
             tokio::select! {
                 biased;
-                _ = self.stop.wait_for(|stopped| *stopped) => return,
+                _ = stop.wait_for(|stopped| *stopped) => return,
                 () = tokio::time::sleep(Duration::from_millis(LEASE_CHECK_MS)) => {}
+            }
+        }
+    }
+
+    /// Tells the supervisor when the lease started or stopped being valid
+    /// since the last look; false once the supervisor is gone.
+    fn watch_validity(&self, was_valid: &mut bool) -> bool {
+        let valid = self.lease.is_valid(self.clock.monotonic_ms());
+        if valid == *was_valid {
+            return true;
+        }
+        tracing::info!(node = self.node_id, valid, "lease changed");
+        if *was_valid {
+            self.lease.expiries_total.fetch_add(1, Ordering::Relaxed);
+        }
+        *was_valid = valid;
+        self.supervisor.send_message(SupervisorMsg::Rebalance).is_ok()
+    }
+
+    /// Every [`LEADER_DUTY_MS`], as leader: the rebalancer, then pruning
+    /// (up to [`PRUNE_ENTRIES_PER_DUTY`] entries in a row while events are
+    /// due faster than one entry removes them).
+    async fn run_duties(self: Arc<Self>) {
+        let mut stop = self.stop.clone();
+        let mut next_prune_ms = 0;
+        loop {
+            let duty_started_ms = self.clock.monotonic_ms();
+            self.leader_duties().await;
+            if let Some(retention_ms) = self.retention_ms
+                && self.clock.monotonic_ms() >= next_prune_ms
+                && self.is_leader()
+            {
+                let mut more = false;
+                for _ in 0..PRUNE_ENTRIES_PER_DUTY {
+                    if *stop.borrow() {
+                        return;
+                    }
+                    more = self.prune(retention_ms).await;
+                    if !more {
+                        break;
+                    }
+                }
+                next_prune_ms = self.clock.monotonic_ms() + if more { 0 } else { PRUNE_EVERY_MS };
+            }
+            let next_duty_ms = duty_started_ms + LEADER_DUTY_MS;
+            let pause_ms = next_duty_ms.saturating_sub(self.clock.monotonic_ms());
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stopped| *stopped) => return,
+                () = tokio::time::sleep(Duration::from_millis(pause_ms)) => {}
             }
         }
     }

@@ -17,6 +17,7 @@ pub mod config;
 pub mod ingest;
 pub mod io;
 pub mod lease;
+pub mod listener;
 pub mod log_writer;
 pub mod observer;
 pub mod secret;
@@ -252,9 +253,11 @@ impl Node {
                 Some(match &io.tls {
                     Some(tls) => {
                         let listener = tls::TlsListener::new(listener, tls.server.clone())?;
+                        let listener = listener::Limited::new(listener, listener::CONNECTIONS_MAX);
                         tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await })
                     }
                     None => {
+                        let listener = listener::Limited::new(listener, listener::CONNECTIONS_MAX);
                         tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await })
                     }
                 })

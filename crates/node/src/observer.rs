@@ -60,7 +60,9 @@ impl SupervisorLink {
                     self.send(SupervisorMsg::Wake(wake));
                 }
             }
-            (Command::Replay { .. }, Response::Replayed { deliveries }) if !deliveries.is_empty() => {
+            (Command::Replay { .. }, Response::Replayed { deliveries } | Response::ReplayedUpTo { deliveries, .. })
+                if !deliveries.is_empty() =>
+            {
                 self.send(SupervisorMsg::Wake(group(deliveries.iter())));
             }
             (Command::RegisterEndpoint { endpoint }, Response::Ok) => {

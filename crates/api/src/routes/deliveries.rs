@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use hookraft_core::command::{Command, ReplayTarget};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
-use hookraft_core::model::DeliveryState;
+use hookraft_core::model::{Delivery, DeliveryState};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -79,21 +79,85 @@ async fn list(
     };
 
     let state = ctx.state.read();
-    let mut page: Vec<Value> = Vec::with_capacity(limit);
-    let mut next_cursor = None;
-    let matching = state.deliveries.range((after, Bound::Unbounded)).map(|(_, d)| d).filter(|d| {
+    let keep = |d: &Delivery| {
         endpoint.as_ref().is_none_or(|e| &d.endpoint_id == e)
             && event.as_ref().is_none_or(|e| &d.event_id == e)
             && state_filter.is_none_or(|s| views::effective_state(&ctx, d) == s)
-    });
-    for d in matching {
-        if page.len() == limit {
-            next_cursor = page.last().and_then(|v| v["id"].as_str().map(str::to_string));
-            break;
+    };
+    let page = match (&event, &endpoint, state_filter) {
+        // One event's deliveries: a handful, whatever the state holds.
+        (Some(event), _, _) => {
+            let mut ids: Vec<DeliveryId> = state.events.get(event).map(|e| e.deliveries.to_vec()).unwrap_or_default();
+            ids.sort_unstable();
+            let ids = ids.into_iter().filter(|id| after_cursor(&after, id));
+            page_of(ids.filter_map(|id| state.deliveries.get(&id).map(|d| &**d)), keep, limit, LIST_SCAN_MAX)
         }
-        page.push(views::delivery(&ctx, d, false));
+        // The dead-letter queue of one endpoint: its index.
+        (None, Some(endpoint), Some(DeliveryState::Dead)) => {
+            let cursor = match &after {
+                Bound::Excluded(id) => Some(id),
+                _ => None,
+            };
+            let dead = state.dead_of(endpoint, cursor).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+            page_of(dead, keep, limit, LIST_SCAN_MAX)
+        }
+        _ => {
+            let all = state.deliveries.range((after, Bound::Unbounded)).map(|(_, d)| &**d);
+            page_of(all, keep, limit, LIST_SCAN_MAX)
+        }
+    };
+    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, false)).collect();
+    Ok(axum::Json(json!({ "data": data, "next_cursor": page.next_cursor })))
+}
+
+/// Deliveries one listing looks at, at most, filtered or not: a filter that
+/// matches nothing answers an empty page and a cursor after this many,
+/// instead of reading every delivery under the state's read lock.
+pub const LIST_SCAN_MAX: usize = 10_000;
+
+/// A page of a listing and where the next one starts (`None`: nothing
+/// after it).
+struct Page<'a> {
+    rows: Vec<&'a Delivery>,
+    next_cursor: Option<DeliveryId>,
+}
+
+fn after_cursor(after: &Bound<DeliveryId>, id: &DeliveryId) -> bool {
+    match after {
+        Bound::Excluded(cursor) => id > cursor,
+        _ => true,
     }
-    Ok(axum::Json(json!({ "data": page, "next_cursor": next_cursor })))
+}
+
+/// Up to `limit` of `candidates` (in id order) that `keep` keeps, looking
+/// at `scan_max` of them at most. The cursor is set when more may follow:
+/// after the last row of a full page, or after the last delivery looked
+/// at when the bound stopped the scan, so a short or empty page with a
+/// cursor means "keep going".
+fn page_of<'a>(
+    candidates: impl Iterator<Item = &'a Delivery>,
+    keep: impl Fn(&Delivery) -> bool,
+    limit: usize,
+    scan_max: usize,
+) -> Page<'a> {
+    let mut rows = Vec::with_capacity(limit.min(64));
+    let mut candidates = candidates.peekable();
+    let mut looked = 0;
+    while let Some(d) = candidates.next() {
+        looked += 1;
+        if keep(d) {
+            if rows.len() == limit {
+                // A match beyond the page: there is a next page.
+                let next_cursor = rows.last().map(|d: &&Delivery| d.id);
+                return Page { rows, next_cursor };
+            }
+            rows.push(d);
+        }
+        if looked >= scan_max && candidates.peek().is_some() {
+            return Page { rows, next_cursor: Some(d.id) };
+        }
+    }
+    Page { rows, next_cursor: None }
 }
 
 async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
@@ -108,4 +172,114 @@ async fn replay(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> A
     let now_ms = ctx.clock.wall_ms();
     commit(&ctx, Command::Replay { now_ms, target: ReplayTarget::Delivery(id) }).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": id, "state": "pending" }))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookraft_core::ClusterState;
+    use hookraft_core::command::{EndpointPatch, NewEvent};
+    use hookraft_core::ids::SHARD_COUNT;
+    use hookraft_core::model::Endpoint;
+    use hookraft_core::signing::Secret;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    /// A state with endpoints `a` and `b`: `before` deliveries to `a`, then
+    /// one to `b`, ids in that order; `dead_a` of `a`'s are dead (sent while
+    /// it was disabled).
+    fn backlog(before: usize, dead_a: usize) -> (ClusterState, EndpointId, EndpointId) {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut state = ClusterState::default();
+        state.apply(&Command::AssignShards { now_ms: 1, grants: (0..SHARD_COUNT).map(|s| (s, 1)).collect() });
+        let mut ids = [EndpointId::generate(1, &mut rng), EndpointId::generate(1, &mut rng)];
+        ids.sort();
+        for id in ids {
+            let secret = Secret::from_key(vec![7; 32]).expect("secret");
+            let endpoint = Endpoint::new(id, "https://example.com/hook".into(), secret, 1);
+            state.apply(&Command::RegisterEndpoint { endpoint: Box::new(endpoint) });
+        }
+        let [a, b] = ids;
+        let mut event = |at_ms: u64, to: EndpointId| NewEvent {
+            id: EventId::generate(at_ms, &mut rng),
+            event_type: "t".into(),
+            payload: "{}".into(),
+            idempotency_key: None,
+            endpoint_ids: Some(vec![to]),
+        };
+        let disabled = |disabled| EndpointPatch { disabled: Some(disabled), ..Default::default() };
+        state.apply(&Command::UpdateEndpoint { id: a, patch: disabled(true), now_ms: 2 });
+        let dead: Vec<NewEvent> = (0..dead_a).map(|i| event(1_000 + i as u64, a)).collect();
+        state.apply(&Command::IngestEvents { now_ms: 3, events: dead });
+        state.apply(&Command::UpdateEndpoint { id: a, patch: disabled(false), now_ms: 4 });
+        let pending: Vec<NewEvent> = (dead_a..before).map(|i| event(1_000 + i as u64, a)).collect();
+        state.apply(&Command::IngestEvents { now_ms: 5, events: pending });
+        let last = event(1_000 + before as u64, b);
+        state.apply(&Command::IngestEvents { now_ms: 6, events: vec![last] });
+        assert_eq!(state.deliveries.len(), before + 1);
+        (state, a, b)
+    }
+
+    fn all_after(state: &ClusterState, after: Option<DeliveryId>) -> impl Iterator<Item = &Delivery> {
+        let after = after.map_or(Bound::Unbounded, Bound::Excluded);
+        state.deliveries.range((after, Bound::Unbounded)).map(|(_, d)| &**d)
+    }
+
+    #[test]
+    fn a_filter_that_matches_nothing_stops_at_the_bound_with_a_cursor_until_the_end() {
+        let (state, _, _) = backlog(2 * LIST_SCAN_MAX + 5, 0);
+        let mut cursor = None;
+        let mut pages = 0;
+        loop {
+            let page = page_of(all_after(&state, cursor), |_| false, 50, LIST_SCAN_MAX);
+            pages += 1;
+            assert!(page.rows.is_empty());
+            match page.next_cursor {
+                Some(next) => {
+                    assert!(cursor.is_none_or(|c| next > c), "the cursor moves forward");
+                    cursor = Some(next);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3, "10,000 + 10,000 + 6 deliveries looked at");
+    }
+
+    #[test]
+    fn following_cursors_finds_a_match_placed_past_the_bound() {
+        let (state, _, b) = backlog(LIST_SCAN_MAX + 5, 0);
+        let keep = |d: &Delivery| d.endpoint_id == b;
+        let first = page_of(all_after(&state, None), keep, 50, LIST_SCAN_MAX);
+        assert!(first.rows.is_empty(), "b's delivery is past the bound");
+        let cursor = first.next_cursor.expect("a cursor with the empty page");
+        let second = page_of(all_after(&state, Some(cursor)), keep, 50, LIST_SCAN_MAX);
+        assert_eq!(second.rows.iter().map(|d| d.endpoint_id).collect::<Vec<_>>(), vec![b]);
+        assert_eq!(second.next_cursor, None);
+    }
+
+    #[test]
+    fn a_full_page_has_a_cursor_after_its_last_row_and_the_last_page_none() {
+        let (state, a, _) = backlog(7, 0);
+        let keep = |d: &Delivery| d.endpoint_id == a;
+        let first = page_of(all_after(&state, None), keep, 5, LIST_SCAN_MAX);
+        assert_eq!(first.rows.len(), 5);
+        assert_eq!(first.next_cursor, Some(first.rows[4].id));
+        let second = page_of(all_after(&state, first.next_cursor), keep, 5, LIST_SCAN_MAX);
+        assert_eq!(second.rows.len(), 2);
+        assert_eq!(second.next_cursor, None);
+    }
+
+    #[test]
+    fn the_dead_letter_queue_of_one_endpoint_reads_only_its_dead_deliveries() {
+        // 3 dead of `a` first, then more pending than the bound.
+        let (state, a, _) = backlog(LIST_SCAN_MAX + 10, 3);
+        let dead = state.dead_of(&a, None).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+        let page = page_of(dead, |d| d.state == DeliveryState::Dead, 2, LIST_SCAN_MAX);
+        assert_eq!(page.rows.len(), 2);
+        let cursor = page.next_cursor.expect("one more dead delivery");
+        let rest = state.dead_of(&a, Some(&cursor)).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+        let page = page_of(rest, |d| d.state == DeliveryState::Dead, 2, LIST_SCAN_MAX);
+        assert_eq!(page.rows.len(), 1);
+        assert_eq!(page.next_cursor, None, "the pending deliveries are never looked at");
+    }
 }

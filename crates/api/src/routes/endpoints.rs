@@ -10,9 +10,10 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, EndpointPatch, ReplayTarget, Response};
-use hookraft_core::ids::EndpointId;
+use hookraft_core::ids::{DeliveryId, EndpointId, IdParseError};
 use hookraft_core::model::{Endpoint, MAX_IN_FLIGHT_DEFAULT, TIMEOUT_MS_DEFAULT};
 use hookraft_core::signing::Secret;
+use hookraft_core::state::REPLAY_BATCH_MAX;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -185,7 +186,15 @@ struct BulkReplay {
     state: Option<String>,
     since: Option<String>,
     until: Option<String>,
+    /// The `next_cursor` of the call before: where this one goes on.
+    cursor: Option<String>,
 }
+
+/// Bulk-replay entries one call proposes at most, one after another: up to
+/// 16,384 deliveries (each entry re-queues at most
+/// [`hookraft_core::state::REPLAY_BATCH_MAX`]), a few hundred ms of
+/// commits. A larger replay answers with a cursor to go on from.
+pub const REPLAY_ENTRIES_PER_CALL: usize = 32;
 
 async fn replay_dead(
     State(ctx): State<Arc<ApiContext>>,
@@ -204,13 +213,36 @@ async fn replay_dead(
             .transpose()
     };
     let since_ms = time("since", body.since)?;
-    let until_ms = time("until", body.until)?;
-    let target = ReplayTarget::EndpointDead { endpoint_id, since_ms, until_ms };
-    let now_ms = ctx.clock.wall_ms();
-    match commit(&ctx, Command::Replay { now_ms, target }).await? {
-        Response::Replayed { deliveries } => {
-            Ok((StatusCode::ACCEPTED, axum::Json(json!({ "replayed": deliveries.len() }))))
+    // Without an end, deliveries created from this call on are left out:
+    // one that dies again while the replay goes on is not replayed twice
+    // (its id is behind the cursor anyway; a new one's is ahead of it).
+    let until_ms = Some(time("until", body.until)?.unwrap_or_else(|| ctx.clock.wall_ms()));
+    let mut after: Option<DeliveryId> = match body.cursor {
+        Some(cursor) => Some(
+            cursor.parse().map_err(|_: IdParseError| Problem::malformed("cursor: pass back a next_cursor value"))?,
+        ),
+        None => None,
+    };
+    let mut replayed = 0;
+    for step in 0..REPLAY_ENTRIES_PER_CALL {
+        let target = ReplayTarget::EndpointDeadAfter { endpoint_id, since_ms, until_ms, after, max: REPLAY_BATCH_MAX };
+        let now_ms = ctx.clock.wall_ms();
+        let response = match commit(&ctx, Command::Replay { now_ms, target }).await {
+            Ok(response) => response,
+            // What the steps before replayed stays replayed: answer with
+            // it and the cursor; the next call meets the error again.
+            Err(_) if step > 0 => break,
+            Err(problem) => return Err(problem),
+        };
+        let Response::ReplayedUpTo { deliveries, next_after } = response else {
+            return Err(Problem::internal(format!("unexpected response {response:?}")));
+        };
+        replayed += deliveries.len();
+        after = next_after;
+        if after.is_none() {
+            break;
         }
-        other => Err(Problem::internal(format!("unexpected response {other:?}"))),
     }
+    let next_cursor = after.map(|id| id.to_string());
+    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "replayed": replayed, "next_cursor": next_cursor }))))
 }

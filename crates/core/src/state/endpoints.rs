@@ -105,12 +105,12 @@ impl ClusterState {
     pub(super) fn dead_letter_active(&mut self, id: &EndpointId, reason: &str, now_ms: u64) {
         let Some(active) = self.active.remove(id) else { return };
         for delivery_id in active {
-            if let Some(delivery) = self.delivery_mut(&delivery_id) {
-                delivery.state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = OptionalMs::NONE;
-                delivery.updated_at_ms = now_ms;
-                delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.to_string() });
-            }
+            let Some(delivery) = self.delivery_mut(&delivery_id) else { continue };
+            delivery.state = DeliveryState::Dead;
+            delivery.next_attempt_at_ms = OptionalMs::NONE;
+            delivery.updated_at_ms = now_ms;
+            delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.to_string() });
+            self.index_dead(&delivery_id, id, true);
         }
     }
 }

@@ -62,6 +62,7 @@ impl ClusterState {
                 delivery.initial_state = DeliveryState::Dead;
                 delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: "endpoint disabled".into() });
+                self.index_dead(&id, &endpoint_id, true);
             } else {
                 self.index_delivery(&id, &endpoint_id, true);
             }

@@ -20,13 +20,16 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use replay::{REPLAY_BATCH_MAX, REPLAY_SCAN_MAX};
+
 use crate::command::{Command, Response};
 use crate::dense::{DenseMap, DenseSet};
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, SHARD_COUNT, Shard};
-use crate::model::{Delivery, Endpoint, Event, NodeRecord, ShardGrant};
+use crate::model::{Delivery, DeliveryState, Endpoint, Event, NodeRecord, ShardGrant};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Encoded")]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
     /// Events and deliveries are boxed: a B-tree node keeps slack for 11
@@ -69,6 +72,71 @@ pub struct ClusterState {
     /// `endpoints`, never encoded or compared ([`fanout::Fanout`]).
     #[serde(skip)]
     fanout: fanout::Fanout,
+    /// Dead deliveries of each endpoint (deleted endpoints' too), in id
+    /// order: what a bulk replay and a listing of one endpoint's dead
+    /// deliveries walk instead of every delivery. Derived from
+    /// `deliveries`: never encoded, rebuilt after a decode ([`Encoded`]),
+    /// kept up to date by every apply that makes a delivery dead or takes
+    /// one out of that state (`index_dead`).
+    #[serde(skip)]
+    dead: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
+}
+
+/// The fields of [`ClusterState`] a snapshot encodes, in their order:
+/// decoding goes through it so that the derived indexes are rebuilt.
+#[derive(Deserialize)]
+struct Encoded {
+    endpoints: BTreeMap<EndpointId, Endpoint>,
+    events: DenseMap<EventId, Box<Event>>,
+    deliveries: DenseMap<DeliveryId, Arc<Delivery>>,
+    idempotency: DenseMap<Box<str>, EventId>,
+    active: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    shards: Vec<ShardGrant>,
+    last_token: u64,
+    outcomes_rejected_stale: u64,
+}
+
+impl From<Encoded> for ClusterState {
+    fn from(encoded: Encoded) -> Self {
+        let Encoded {
+            endpoints,
+            events,
+            deliveries,
+            idempotency,
+            active,
+            nodes,
+            shards,
+            last_token,
+            outcomes_rejected_stale,
+        } = encoded;
+        let dead = dead_index(&deliveries);
+        Self {
+            endpoints,
+            events,
+            deliveries,
+            idempotency,
+            active,
+            nodes,
+            shards,
+            last_token,
+            outcomes_rejected_stale,
+            retired: Retired::default(),
+            fanout: fanout::Fanout::default(),
+            dead,
+        }
+    }
+}
+
+/// Every dead delivery by endpoint, by looking at each.
+fn dead_index(deliveries: &DenseMap<DeliveryId, Arc<Delivery>>) -> BTreeMap<EndpointId, DenseSet<DeliveryId>> {
+    let mut dead: BTreeMap<EndpointId, DenseSet<DeliveryId>> = BTreeMap::new();
+    for (id, delivery) in deliveries {
+        if delivery.state == DeliveryState::Dead {
+            dead.entry(delivery.endpoint_id).or_default().insert(*id);
+        }
+    }
+    dead
 }
 
 /// Records taken out of the state by an apply, not yet dropped.
@@ -124,6 +192,7 @@ impl Default for ClusterState {
             outcomes_rejected_stale: 0,
             retired: Retired::default(),
             fanout: fanout::Fanout::default(),
+            dead: BTreeMap::new(),
         }
     }
 }
@@ -193,6 +262,27 @@ impl ClusterState {
         }
     }
 
+    /// Marks a delivery dead or not in the per-endpoint dead index.
+    fn index_dead(&mut self, delivery: &DeliveryId, endpoint: &EndpointId, dead: bool) {
+        if dead {
+            self.dead.entry(*endpoint).or_default().insert(*delivery);
+        } else if let Some(set) = self.dead.get_mut(endpoint) {
+            set.remove(delivery);
+            if set.is_empty() {
+                self.dead.remove(endpoint);
+            }
+        }
+    }
+
+    /// The dead deliveries of `endpoint` with ids above `after` (all of
+    /// them without one), in id order, from the index: no other delivery
+    /// is looked at.
+    pub fn dead_of(&self, endpoint: &EndpointId, after: Option<&DeliveryId>) -> impl Iterator<Item = &DeliveryId> + '_ {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, |id| Bound::Excluded(*id));
+        self.dead.get(endpoint).into_iter().flat_map(move |set| set.range((from, Bound::Unbounded)))
+    }
+
     /// Checks the invariants that tie the maps together; used by tests and the
     /// simulator after every apply.
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -212,6 +302,14 @@ impl ClusterState {
                     _ => return Err(format!("active index lists {id} under {endpoint} wrongly")),
                 }
             }
+        }
+        let dead = dead_index(&self.deliveries);
+        if dead != self.dead {
+            return Err(format!(
+                "dead index lists {} deliveries, a scan finds {}",
+                self.dead.values().map(DenseSet::len).sum::<usize>(),
+                dead.values().map(DenseSet::len).sum::<usize>()
+            ));
         }
         if self.shards.len() != SHARD_COUNT as usize {
             return Err("shard map has the wrong size".into());

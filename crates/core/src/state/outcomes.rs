@@ -67,6 +67,7 @@ impl ClusterState {
                 delivery.state = DeliveryState::Delivered;
                 delivery.updated_at_ms = now_ms;
                 delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
+                self.index_dead(&outcome.delivery_id, &endpoint_id, false);
                 return Verdict::Applied;
             }
             return Verdict::Ignored;
@@ -105,7 +106,9 @@ impl ClusterState {
             }
         }
         let delivery_id = delivery.id;
+        let dead = delivery.state == DeliveryState::Dead;
         self.index_delivery(&delivery_id, &endpoint_id, still_active);
+        self.index_dead(&delivery_id, &endpoint_id, dead);
         if let Some(endpoint) = self.endpoints.get_mut(&endpoint_id) {
             if let Some(breaker) = &outcome.breaker {
                 endpoint.breaker = breaker.clone();

@@ -13,6 +13,7 @@
 use super::ClusterState;
 use crate::command::Response;
 use crate::ids::EventId;
+use crate::model::DeliveryState;
 
 /// How many events one `Prune` looks at, at most, per event it may remove:
 /// events kept because a delivery is still active are skipped over, but not
@@ -29,6 +30,9 @@ impl ClusterState {
             let Some(event) = self.events.remove(event_id) else { continue };
             for delivery_id in &event.deliveries {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {
+                    if delivery.state == DeliveryState::Dead {
+                        self.index_dead(delivery_id, &delivery.endpoint_id, false);
+                    }
                     #[cfg(not(feature = "break"))]
                     debug_assert!(delivery.state.is_terminal());
                     #[cfg(feature = "break")]

@@ -19,7 +19,7 @@ use crate::retry::Decision;
 use crate::signing::Secret;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 const NODE: NodeId = 1;
 
