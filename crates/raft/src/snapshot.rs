@@ -60,7 +60,9 @@ pub(crate) fn decode_payload(
     meta: &SnapshotMeta,
     data: &[u8],
 ) -> Result<(Option<LogId>, StoredMembership, ClusterState), Error> {
-    let SnapshotPayload::V1 { last_applied, last_membership, state } = decode("snapshot", data)?;
+    let SnapshotPayload::V1 { last_applied, last_membership, mut state } = decode("snapshot", data)?;
+    // The usage counters are derived, not encoded: count them from the records.
+    state.recount_usage();
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
             "snapshot {} holds state as of {last_applied:?} with membership {last_membership:?}, \
