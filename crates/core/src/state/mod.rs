@@ -186,6 +186,13 @@ impl ClusterState {
         Some(result)
     }
 
+    /// How many deliveries an event of `event_type` without explicit
+    /// targets would create now: one per enabled endpoint subscribed to
+    /// the type. Read-only, for sizing a request before it is proposed.
+    pub fn fanout_count(&self, event_type: &str) -> usize {
+        self.fanout.count(&self.endpoints, event_type)
+    }
+
     /// The grant of the shard `endpoint` lives in.
     pub fn grant_for(&self, endpoint: &EndpointId) -> ShardGrant {
         self.shards[endpoint.shard() as usize]

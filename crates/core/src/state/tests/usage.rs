@@ -29,10 +29,16 @@ fn ingest_counts_each_pending_delivery_and_its_estimated_bytes() {
     let (a, b) = (endpoint(&mut rng, None), endpoint(&mut rng, Some(&["b"])));
     let mut state = state_with(&[a, b]);
     assert_eq!(state.usage(), Usage::default(), "endpoints alone are not counted");
+    assert_eq!((state.fanout_count("a"), state.fanout_count("b")), (1, 2), "before the index is built");
 
     ingest(&mut state, &mut rng, 100, 5_000);
     let usage = state.usage();
     assert_eq!(usage.pending, 100, "one delivery per event: only `a` takes type a");
+    assert_eq!(
+        (state.fanout_count("a"), state.fanout_count("b"), state.fanout_count("c")),
+        (1, 2, 1),
+        "from the index"
+    );
     // The fixture's events: type "a", payload {"n":1}, keys k5000-0 .. k5000-99.
     let expected: u64 = (0..100).map(|n: usize| new_event_bytes(1, 7, Some(format!("k5000-{n}").len()), 1)).sum();
     assert_eq!(usage.bytes, expected, "what is stored is what admission estimated before proposing it");
