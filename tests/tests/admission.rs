@@ -110,7 +110,9 @@ async fn a_full_pending_budget_refuses_ingest_until_the_backlog_drains() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_memory_budget_refuses_ingest_until_retention_frees_it() {
     let receiver = ScriptedReceiver::start().await;
-    let options = NodeOptions::default().args(["--memory-budget", "4KiB", "--retention", "2s"]);
+    // A pending budget that never binds: only the memory budget is tested.
+    let options =
+        NodeOptions::default().args(["--memory-budget", "4KiB", "--max-pending", "1000", "--retention", "2s"]);
     let node = TestNode::start_with(options).await;
     register_endpoint(&node, &json!({"url": receiver.url("ok")})).await;
     let big = |n: usize| json!({"type": "blob", "payload": {"n": n, "blob": "x".repeat(1_000)}});

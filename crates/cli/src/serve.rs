@@ -90,10 +90,13 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// The memory this process may use: the machine's, or its cgroup's limit
-/// when lower (a container's); an assumed 2 GiB when neither can be read.
+/// when lower (a container's: cgroup v2's `memory.max`, else v1's
+/// `memory.limit_in_bytes`); an assumed 2 GiB when neither can be read.
 fn machine_memory() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok();
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .ok();
     hookraft_node::config::machine_memory(meminfo.as_deref(), cgroup.as_deref()).unwrap_or_else(|| {
         tracing::warn!("cannot read the machine's memory; budgets assume 2 GiB");
         hookraft_node::config::MACHINE_MEMORY_ASSUMED

@@ -161,7 +161,9 @@ fn meminfo_total(meminfo: &str) -> Option<u64> {
     }
 }
 
-/// A cgroup v2 `memory.max`: bytes, or `max` for no limit (`None`).
+/// A cgroup's limit: v2's `memory.max` (bytes, or `max` for no limit:
+/// `None`) or v1's `memory.limit_in_bytes` (bytes; no limit is a huge
+/// number, which the machine's memory then undercuts).
 fn cgroup_limit(text: &str) -> Option<u64> {
     text.trim().parse().ok().filter(|&bytes| bytes > 0)
 }
