@@ -16,6 +16,8 @@ use hookraft_delivery::context::InFlightRegistry;
 use hookraft_delivery::metrics::DeliveryMetrics;
 use hookraft_raft::StateHandle;
 
+use crate::admission::Admission;
+
 /// A boxed future for [`Ingest::submit`].
 pub type IngestFuture<'a> = Pin<Box<dyn Future<Output = Result<IngestResult, ProposeError>> + Send + 'a>>;
 /// A boxed future for [`Ingest::submit_batch`].
@@ -110,6 +112,8 @@ pub struct ApiContext {
     pub allow_private_targets: bool,
     /// How long a rotated-out secret keeps signing by default.
     pub secret_grace_ms: u64,
+    /// The budgets that refuse ingest this node cannot absorb.
+    pub admission: Admission,
 }
 
 impl ApiContext {

@@ -9,10 +9,12 @@
 //! - [`extract`]: JSON bodies with problems for bad input and the 1 MiB limit.
 //! - [`views`]: the JSON shapes of `docs/API.md`.
 //! - [`validate`]: endpoint settings checks. [`auth`]: the bearer token.
+//! - [`admission`]: the budgets that refuse ingest a node cannot absorb.
 //!
 //! Handlers never touch Raft or actors: they read the replicated state and
 //! commit commands through the context.
 
+pub mod admission;
 pub mod auth;
 pub mod context;
 pub mod extract;

@@ -6,6 +6,9 @@ use axum::response::{IntoResponse, Response};
 use hookraft_delivery::batcher::ProposeError;
 use serde::Serialize;
 
+/// The slug of [`Problem::over_budget`].
+pub const OVER_BUDGET: &str = "ingest-budget-full";
+
 /// A problem the caller can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -67,6 +70,13 @@ impl Problem {
     pub fn unavailable(detail: impl Into<String>) -> Self {
         let mut p = Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable", detail);
         p.retry_after_s = Some(1);
+        p
+    }
+
+    /// Ingest refused by a full budget: back-pressure, retry later.
+    pub fn over_budget(refusal: &crate::admission::Refusal) -> Self {
+        let mut p = Self::new(StatusCode::SERVICE_UNAVAILABLE, OVER_BUDGET, "Ingest budget full", refusal.detail());
+        p.retry_after_s = Some(crate::admission::RETRY_AFTER_S);
         p
     }
 

@@ -70,6 +70,17 @@ pub struct ServeArgs {
     /// certificates, the only one trusted for peers [default: the system's roots].
     #[arg(long, env = "HOOKRAFT_TLS_CA", requires = "tls_cert")]
     tls_ca: Option<PathBuf>,
+    /// Refuse new events (503 with Retry-After) while this many deliveries
+    /// are not yet delivered or dead; ingest resumes below 90% of it
+    /// [default: the memory budget / 1 KiB].
+    #[arg(long, env = "HOOKRAFT_MAX_PENDING", value_parser = clap::value_parser!(u64).range(1..))]
+    max_pending: Option<u64>,
+    /// Refuse new events (503 with Retry-After) while the retained events,
+    /// deliveries and timelines are estimated above this size (`512MiB`,
+    /// `4GiB`, `2G`, bytes); ingest resumes below 90% of it [default: half
+    /// the machine's memory, or of its cgroup's limit when lower].
+    #[arg(long, env = "HOOKRAFT_MEMORY_BUDGET", value_parser = parse_size)]
+    memory_budget: Option<u64>,
 }
 
 impl ServeArgs {
@@ -85,6 +96,24 @@ struct Retention(Option<u64>);
 
 fn parse_retention(text: &str) -> Result<Retention, String> {
     hookraft_node::config::parse_retention(text).map(Retention)
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    hookraft_node::config::parse_size(text)
+}
+
+/// The memory this process may use: the machine's, or its cgroup's limit
+/// when lower (a container's: cgroup v2's `memory.max`, else v1's
+/// `memory.limit_in_bytes`); an assumed 2 GiB when neither can be read.
+fn machine_memory() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .ok();
+    hookraft_node::config::machine_memory(meminfo.as_deref(), cgroup.as_deref()).unwrap_or_else(|| {
+        tracing::warn!("cannot read the machine's memory; budgets assume 2 GiB");
+        hookraft_node::config::MACHINE_MEMORY_ASSUMED
+    })
 }
 
 fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -129,6 +158,20 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.retention_ms = args.retention.0;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
+    let machine = machine_memory();
+    let (max_pending, memory_budget) = hookraft_node::config::default_budgets(machine);
+    config.memory_budget_bytes = args.memory_budget.unwrap_or(memory_budget);
+    // Without --max-pending, it follows the memory budget, given or derived.
+    config.max_pending = args.max_pending.unwrap_or_else(|| match args.memory_budget {
+        Some(bytes) => hookraft_node::config::max_pending_for(bytes),
+        None => max_pending,
+    });
+    tracing::info!(
+        machine_memory = machine,
+        max_pending = config.max_pending,
+        memory_budget = config.memory_budget_bytes,
+        "ingest budgets"
+    );
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Tls::load(cert, key, args.tls_ca.as_deref()).map_err(anyhow::Error::msg)?),
         _ => None,

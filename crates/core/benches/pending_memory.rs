@@ -49,6 +49,10 @@ fn main() {
     assert_eq!(state.deliveries.len(), EVENTS, "one delivery per event");
     let per = |bytes: isize| bytes as f64 / EVENTS as f64;
     println!("pending deliveries: {EVENTS}, payload {PAYLOAD_BYTES} bytes each");
+    // What admission control reads (`ClusterState::usage`), to compare with the count below.
+    let usage = state.usage();
+    assert_eq!(usage.pending, EVENTS as u64);
+    println!("usage estimate: {:.0} bytes per pending delivery", per(usage.bytes as isize));
     // What each part frees when dropped: exact (the sizes freed are the sizes held).
     let mut parts = Vec::new();
     let mut part = |name: &'static str, drop_it: &mut dyn FnMut(&mut ClusterState)| {

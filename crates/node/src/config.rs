@@ -39,6 +39,13 @@ pub struct NodeConfig {
     /// How long an event is kept once its deliveries are all delivered or
     /// dead; `None` keeps every event. The leader's value applies.
     pub retention_ms: Option<u64>,
+    /// Deliveries not yet delivered or dead past which ingest is refused
+    /// (503); `u64::MAX` is no limit. `hookraft serve` derives a default
+    /// from the machine's memory ([`default_budgets`]).
+    pub max_pending: u64,
+    /// Estimated bytes of retained state past which ingest is refused
+    /// (503); `u64::MAX` is no limit.
+    pub memory_budget_bytes: u64,
 }
 
 /// Default lease (DESIGN §5).
@@ -62,6 +69,8 @@ impl NodeConfig {
             secret_grace_ms: 24 * 3_600 * 1_000,
             snapshot_every_entries: hookraft_raft::SNAPSHOT_EVERY_ENTRIES,
             retention_ms: Some(RETENTION_MS_DEFAULT),
+            max_pending: u64::MAX,
+            memory_budget_bytes: u64::MAX,
         }
     }
 
@@ -106,6 +115,92 @@ pub fn parse_retention(text: &str) -> Result<Option<u64>, String> {
     Ok(Some(ms))
 }
 
+/// Share of the machine's memory (or its cgroup's limit) the retained
+/// state may take by default, in percent: the rest is for the actors'
+/// queues, connections, the log, and a snapshot's encoding beside the state.
+pub const MEMORY_BUDGET_PERCENT_DEFAULT: u64 = 50;
+/// What the default `--max-pending` assumes one pending delivery costs:
+/// about 490 bytes of records beyond its payload (the backlog benchmark)
+/// plus about 500 bytes of payload, type and key, rounded to 1 KiB. A
+/// node with payloads of that size reaches both budgets together; with
+/// larger payloads the memory budget is reached first.
+pub const PENDING_DELIVERY_BYTES_ASSUMED: u64 = 1_024;
+/// The memory assumed when neither `/proc/meminfo` nor the cgroup says.
+pub const MACHINE_MEMORY_ASSUMED: u64 = 2 << 30;
+
+/// The default budgets for a machine (or container) of `memory` bytes:
+/// `(max_pending, memory_budget_bytes)`.
+pub fn default_budgets(memory: u64) -> (u64, u64) {
+    let budget = ((u128::from(memory) * u128::from(MEMORY_BUDGET_PERCENT_DEFAULT) / 100) as u64).max(1);
+    (max_pending_for(budget), budget)
+}
+
+/// The default `--max-pending` under a memory budget: the deliveries of
+/// [`PENDING_DELIVERY_BYTES_ASSUMED`] each that fit in it.
+pub fn max_pending_for(memory_budget: u64) -> u64 {
+    (memory_budget / PENDING_DELIVERY_BYTES_ASSUMED).max(1)
+}
+
+/// The memory a node may use: the machine's (`MemTotal` of `/proc/meminfo`,
+/// given as `meminfo`), or its cgroup's limit (`memory.max`, v2) when that
+/// is lower; `None` when neither says.
+pub fn machine_memory(meminfo: Option<&str>, cgroup_max: Option<&str>) -> Option<u64> {
+    let total = meminfo.and_then(meminfo_total);
+    let limit = cgroup_max.and_then(cgroup_limit);
+    match (total, limit) {
+        (Some(total), Some(limit)) => Some(total.min(limit)),
+        (total, limit) => total.or(limit),
+    }
+}
+
+/// `MemTotal:  16314604 kB` from `/proc/meminfo`, in bytes.
+fn meminfo_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|line| line.strip_prefix("MemTotal:"))?;
+    let mut words = line.split_whitespace();
+    let number: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => number.checked_mul(1_024),
+        None => Some(number),
+        Some(_) => None,
+    }
+}
+
+/// A cgroup's limit: v2's `memory.max` (bytes, or `max` for no limit:
+/// `None`) or v1's `memory.limit_in_bytes` (bytes; no limit is a huge
+/// number, which the machine's memory then undercuts).
+fn cgroup_limit(text: &str) -> Option<u64> {
+    text.trim().parse().ok().filter(|&bytes| bytes > 0)
+}
+
+/// Parses a size: a whole number of bytes, optionally with a unit: `K`,
+/// `M`, `G`, `T` (powers of 1,000), `KiB`, `MiB`, `GiB`, `TiB` (powers of
+/// 1,024), `KB`, `MB`… as the first, and `B`; `512MiB`, `4GiB`, `2G`,
+/// `1000000`. At least 1 byte.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let bad = || format!("`{text}` is not a size: write bytes, or a whole number and a unit (512MiB, 4GiB, 2G)");
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| bad())?;
+    let unit_bytes: u64 = match unit.trim_start() {
+        "" | "B" => 1,
+        "K" | "KB" | "k" | "kB" => 1_000,
+        "M" | "MB" => 1_000_000,
+        "G" | "GB" => 1_000_000_000,
+        "T" | "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    let bytes = number.checked_mul(unit_bytes).ok_or_else(bad)?;
+    if bytes == 0 {
+        return Err(format!("a size of `{text}` leaves no room: give at least 1 byte"));
+    }
+    Ok(bytes)
+}
+
 /// Parses `1=host:port,2=host:port`.
 pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
     let mut peers = BTreeMap::new();
@@ -137,6 +232,47 @@ mod tests {
         for bad in ["", "7", "d", "7w", "-1d", "1.5h", "7 d", "0s", "99999999999999999d"] {
             assert!(parse_retention(bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    #[test]
+    fn parses_sizes_with_and_without_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("2G"), Ok(2_000_000_000));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size(" 1000000 "), Ok(1_000_000));
+        assert_eq!(parse_size("64KiB"), Ok(65_536));
+        assert_eq!(parse_size("10k"), Ok(10_000));
+        assert_eq!(parse_size("3 MiB"), Ok(3 << 20));
+        assert_eq!(parse_size("1B"), Ok(1));
+        for bad in
+            ["", "MiB", "0", "0GiB", "-1", "1.5G", "4gib", "4 GiBs", "2X", "99999999999999999999", "99999999999TiB"]
+        {
+            assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn the_machine_memory_is_the_lower_of_meminfo_and_the_cgroup_limit() {
+        let meminfo = "MemTotal:       16314604 kB\nMemFree:         1234 kB\n";
+        assert_eq!(machine_memory(Some(meminfo), None), Some(16_314_604 * 1_024));
+        assert_eq!(machine_memory(Some(meminfo), Some("max\n")), Some(16_314_604 * 1_024), "no cgroup limit");
+        assert_eq!(machine_memory(Some(meminfo), Some("1073741824\n")), Some(1 << 30), "a container's limit");
+        assert_eq!(machine_memory(Some(meminfo), Some("99999999999999\n")), Some(16_314_604 * 1_024));
+        assert_eq!(machine_memory(None, Some("536870912")), Some(512 << 20));
+        assert_eq!(machine_memory(Some("garbage"), Some("")), None);
+        assert_eq!(machine_memory(Some("MemTotal: lots kB"), None), None);
+        assert_eq!(machine_memory(None, None), None);
+    }
+
+    #[test]
+    fn default_budgets_take_half_the_memory_and_a_kib_per_pending_delivery() {
+        assert_eq!(default_budgets(8 << 30), (4 << 20, 4 << 30));
+        let (pending, memory) = default_budgets(1 << 30);
+        assert_eq!(memory, 1 << 29);
+        assert_eq!(pending, 524_288);
+        assert_eq!(default_budgets(10), (1, 5), "never a budget of nothing");
+        assert_eq!(max_pending_for(20 << 20), 20_480);
     }
 
     #[test]

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use hookraft_api::admission::{Admission, Budgets};
 use hookraft_api::routes::internal::InternalRpc;
 use hookraft_api::{ApiContext, ApiMetrics, ClusterView};
 use hookraft_core::breaker::BreakerConfig;
@@ -237,6 +238,10 @@ impl Node {
             api_token: config.api_token.clone(),
             allow_private_targets: config.allow_private_targets,
             secret_grace_ms: config.secret_grace_ms,
+            admission: Admission::new(Budgets {
+                max_pending: config.max_pending,
+                memory_bytes: config.memory_budget_bytes,
+            }),
         });
         let local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite> =
             Arc::new(cluster::RaftLocalWrite { writer });

@@ -60,6 +60,7 @@ pub(crate) fn decode_payload(
     meta: &SnapshotMeta,
     data: &[u8],
 ) -> Result<(Option<LogId>, StoredMembership, ClusterState), Error> {
+    // The derived indexes and usage counters are rebuilt as the state decodes.
     let SnapshotPayload::V1 { last_applied, last_membership, state } = decode("snapshot", data)?;
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(

@@ -16,7 +16,11 @@
 //! healthy, one hanging past its timeout, one answering 500), `backlog` (a
 //! million deliveries to an endpoint that is down, then back: memory per
 //! pending delivery and drain rate) and `fan-out` (each event to 50
-//! endpoints).
+//! endpoints). With `--max-pending` or `--memory-budget` the nodes run
+//! with that ingest budget, and the report adds how they held at the cap:
+//! their memory there, the 503s while there, and whether ingest resumed
+//! after the drain (`--scenario backlog --events 100000 --max-pending
+//! 20000` drives a node into its budget with the endpoint down).
 //!
 //! ```text
 //! cargo build --release -p hookraft -p hookraft-tests
@@ -53,7 +57,7 @@ use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_
 
 use fleet::Fleet;
 use load::{Load, Progress};
-use report::{BacklogFigures, BenchUsage, NodeUsage, Quantiles, Report};
+use report::{BacklogFigures, BenchUsage, BudgetFigures, NodeUsage, Quantiles, Report};
 use scenario::Scenario;
 
 /// How often the progress line is printed and delivery progress is polled.
@@ -120,6 +124,38 @@ struct Args {
     /// default, 7 days]: a short one measures pruning under load.
     #[arg(long)]
     retention: Option<String>,
+    /// Each node's `--max-pending`: refuse ingest past this many pending
+    /// deliveries [default: the node's, from the machine's memory].
+    #[arg(long)]
+    max_pending: Option<u64>,
+    /// Each node's `--memory-budget` (`512MiB`, `2G`) [default: the node's].
+    #[arg(long)]
+    memory_budget: Option<String>,
+}
+
+impl Args {
+    /// The `hookraft serve` flags this run gives every node.
+    fn node_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(threads) = self.delivery_threads {
+            args.push(format!("--delivery-threads={threads}"));
+        }
+        if let Some(retention) = &self.retention {
+            args.push(format!("--retention={retention}"));
+        }
+        if let Some(max_pending) = self.max_pending {
+            args.push(format!("--max-pending={max_pending}"));
+        }
+        if let Some(budget) = &self.memory_budget {
+            args.push(format!("--memory-budget={budget}"));
+        }
+        args
+    }
+
+    /// Whether the nodes run with an ingest budget of this run's choosing.
+    fn budgeted(&self) -> bool {
+        self.max_pending.is_some() || self.memory_budget.is_some()
+    }
 }
 
 /// The same allocator as the node, so the load generator and the fleet
@@ -185,14 +221,8 @@ enum Deployment {
 }
 
 impl Deployment {
-    async fn start(nodes: u64, bin: &PathBuf, delivery_threads: Option<u16>, retention: Option<&str>) -> Self {
-        let mut node = NodeOptions::default().binary(bin);
-        if let Some(threads) = delivery_threads {
-            node = node.arg(format!("--delivery-threads={threads}"));
-        }
-        if let Some(retention) = retention {
-            node = node.arg(format!("--retention={retention}"));
-        }
+    async fn start(nodes: u64, bin: &PathBuf, node_args: Vec<String>) -> Self {
+        let node = NodeOptions::default().binary(bin).args(node_args);
         if nodes <= 1 {
             Deployment::Single(TestNode::start_with(node).await)
         } else {
@@ -269,7 +299,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     // Counted before anything starts: a million targets for the backlog.
     let expected_arrivals = (0..events).map(|index| scenario.healthy_targets(index).len()).sum();
     write_back_dirty_pages().await;
-    let deployment = Deployment::start(args.nodes, bin, args.delivery_threads, args.retention.as_deref()).await;
+    let deployment = Deployment::start(args.nodes, bin, args.node_args()).await;
     let origin = Instant::now();
     let (fleet, fleet_url) = Fleet::start(origin, expected_arrivals).await?;
     let specs = scenario.endpoints();
@@ -297,8 +327,9 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let done = Arc::new(AtomicBool::new(false));
     let printer = tokio::spawn(print_progress(origin, progress.clone(), fleet.clone(), done.clone()));
     let ingest_started = origin.elapsed();
-    let (accepted, not_accepted) = load::run(load, progress).await?;
+    let (accepted, not_accepted) = load::run(load, progress.clone()).await?;
     let ingest_s = (origin.elapsed() - ingest_started).as_secs_f64();
+    let at_cap = deployment.samples();
 
     let expected: Vec<(u32, &str)> = accepted
         .iter()
@@ -310,6 +341,11 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         None
     };
     wait_for_arrivals(&fleet, expected.len(), Duration::from_secs(args.delivery_deadline_s)).await;
+    let budget = if args.budgeted() {
+        Some(budget_figures(args, &deployment, &progress, &accepted, &at_cap, scenario.event_type()).await)
+    } else {
+        None
+    };
     done.store(true, Ordering::Relaxed);
     let _ = printer.await;
     let wall = origin.elapsed() - ingest_started;
@@ -367,7 +403,50 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         }),
         machine_usage: machine_before.zip(machine_after).and_then(|(start, end)| start.usage_until(&end)),
         backlog,
+        budget,
     })
+}
+
+/// How the nodes held at their budget's cap, and whether ingest resumed
+/// once everything accepted had arrived.
+async fn budget_figures(
+    args: &Args,
+    deployment: &Deployment,
+    progress: &Progress,
+    accepted: &[load::Accepted],
+    at_cap: &[(u64, Option<procstat::Sample>)],
+    event_type: fn(usize) -> String,
+) -> BudgetFigures {
+    let refused_requests = progress.refused_requests.load(Ordering::Relaxed);
+    let first = Duration::from_nanos(progress.first_refusal_ns.load(Ordering::Relaxed));
+    let last = Duration::from_nanos(progress.last_refusal_ns.load(Ordering::Relaxed));
+    let at_cap_s = last.saturating_sub(first).as_secs_f64();
+    // Requests accepted from the first refusal on (a batch's events share one).
+    let accepted_there = if refused_requests == 0 {
+        0
+    } else {
+        accepted.iter().filter(|a| a.due >= first).count().div_ceil(args.batch) as u64
+    };
+    let answered_there = refused_requests + accepted_there;
+    let url = &deployment.event_urls()[0];
+    let body = serde_json::json!({"type": event_type(usize::MAX), "payload": {"after": "drain"}});
+    let status_after_drain = match reqwest::Client::new().post(url).json(&body).send().await {
+        Ok(response) => response.status().as_u16(),
+        Err(error) => {
+            eprintln!("   (the event after the drain was not answered: {error})");
+            0
+        }
+    };
+    BudgetFigures {
+        max_pending: args.max_pending,
+        memory_budget: args.memory_budget.clone(),
+        refused_requests,
+        at_cap_s,
+        refused_per_s: refused_requests as f64 / at_cap_s.max(f64::EPSILON),
+        refused_share: refused_requests as f64 / answered_there.max(1) as f64,
+        rss_at_cap_mib: at_cap.first().and_then(|(_, s)| *s).map_or(0.0, |s| s.rss_bytes as f64 / MIB),
+        status_after_drain,
+    }
 }
 
 /// Reads the owner's memory with the backlog built, brings the endpoint
@@ -396,6 +475,7 @@ async fn drain_backlog(
     let drain_s = (up.elapsed() - first).as_secs_f64();
     BacklogFigures {
         pending,
+        rss_mib: rss(&built).unwrap_or(0) as f64 / MIB,
         rss_bytes_per_pending: per_pending,
         rss_bytes_per_pending_beyond_payload: per_pending - args.payload_bytes as f64,
         first_delivery_after_up_s: first.as_secs_f64(),

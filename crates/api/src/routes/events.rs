@@ -12,15 +12,16 @@ use axum::routing::{get, post};
 use hookraft_core::command::{IngestResult, NewEvent};
 use hookraft_core::ids::{EndpointId, EventId};
 use hookraft_core::model::Delivery;
-use hookraft_core::state::ClusterState;
+use hookraft_core::state::{ClusterState, Usage, new_event_bytes};
 use hookraft_delivery::batcher::ProposeError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::parse_id;
+use crate::admission::Reservation;
 use crate::context::ApiContext;
 use crate::extract::{parse_json, read_body};
-use crate::problem::{ApiResult, Problem};
+use crate::problem::{ApiResult, OVER_BUDGET, Problem};
 use crate::{validate, views};
 
 /// Longest `Idempotency-Key`.
@@ -73,7 +74,7 @@ struct BatchAnswers<'a> {
 /// Counts a failed ingest request and turns its problem into the answer.
 fn rejected(ctx: &ApiContext, problem: Problem) -> Response {
     ctx.metrics.events_rejected_total.fetch_add(1, Ordering::Relaxed);
-    if problem.status == StatusCode::SERVICE_UNAVAILABLE {
+    if problem.status == StatusCode::SERVICE_UNAVAILABLE && problem.slug != OVER_BUDGET {
         ctx.metrics.ingest_unavailable_total.fetch_add(1, Ordering::Relaxed);
     }
     problem.into_response()
@@ -129,6 +130,7 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
     if let Some(existing) = existing {
         return answer(ctx, &existing, true);
     }
+    let _room = admit(ctx, std::slice::from_ref(&event))?;
     #[cfg(feature = "break")]
     if hookraft_core::breaks::ack_before_commit() {
         // Deliberately wrong (simulator's `--break ack-before-commit`).
@@ -174,6 +176,7 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
         events.push(new_event(ctx, item.r#type, item.payload, item.endpoint_ids, key.transpose()?).map_err(in_item)?);
     }
     unknown_endpoints(ctx, &events)?;
+    let _room = admit(ctx, &events)?;
     let started_ms = ctx.clock.monotonic_ms();
     let results = commit_batch(ctx, events).await?;
     let m = &ctx.metrics;
@@ -202,6 +205,38 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
         answers.push(views::BatchAnswer::event(status.as_u16(), ingest_answer(&state, event_id)?));
     }
     Ok((StatusCode::ACCEPTED, axum::Json(BatchAnswers { events: answers })).into_response())
+}
+
+/// Admits `events` within the node's budgets, holding their room until
+/// they are committed (the returned guard), or answers the 503 of a full
+/// budget. Checked before anything enters the ingest batcher.
+fn admit<'a>(ctx: &'a ApiContext, events: &[NewEvent]) -> ApiResult<Reservation<'a>> {
+    let (used, incoming) = {
+        let state = ctx.state.read();
+        (state.usage(), incoming(&state, events))
+    };
+    ctx.admission.admit(used, incoming).map_err(|refusal| Problem::over_budget(&refusal))
+}
+
+/// What `events` would add to the state: the deliveries each would create
+/// by this replica's endpoints, and their estimated bytes. An event whose
+/// idempotency key is known adds nothing: it replays what was committed.
+fn incoming(state: &ClusterState, events: &[NewEvent]) -> Usage {
+    let mut usage = Usage::default();
+    for event in events {
+        let key = event.idempotency_key.as_deref();
+        if key.is_some_and(|key| state.idempotency.contains_key(key)) {
+            continue;
+        }
+        let deliveries = match &event.endpoint_ids {
+            Some(ids) => ids.len(),
+            None => state.fanout_count(&event.event_type),
+        } as u64;
+        usage.pending = usage.pending.saturating_add(deliveries);
+        let bytes = new_event_bytes(event.event_type.len(), event.payload.len(), key.map(str::len), deliveries);
+        usage.bytes = usage.bytes.saturating_add(bytes);
+    }
+    usage
 }
 
 /// Commits the batch as one log entry.

@@ -10,8 +10,10 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use hookraft_core::state::Usage;
 use hookraft_delivery::metrics::LATENCY_BUCKETS_MS;
 
+use crate::admission::{Admission, Budget};
 use crate::context::ApiContext;
 
 pub fn router() -> Router<Arc<ApiContext>> {
@@ -22,6 +24,10 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// `/readyz` does not look at the budgets: a full budget is back-pressure
+/// on ingest, not a node that cannot serve (reads, replays, cluster
+/// administration and delivery all go on), so a load balancer must not
+/// take it out.
 async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, &'static str) {
     if ctx.cluster.ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
 }
@@ -148,7 +154,37 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
     );
     gauge(&mut out, "hookraft_queue_depth", "Deliveries queued in this node's endpoint actors.", load(&d.queue_depth));
     gauge(&mut out, "hookraft_attempts_in_flight", "Attempts under way on this node.", ctx.in_flight.len() as u64);
-    let stale = ctx.state.read().outcomes_rejected_stale;
+    let (stale, usage) = {
+        let state = ctx.state.read();
+        (state.outcomes_rejected_stale, state.usage())
+    };
+    admission_metrics(&mut out, &ctx.admission, usage);
     counter(&mut out, "hookraft_outcomes_rejected_stale_total", "Outcomes refused for a stale fencing token.", stale);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// The headroom of the ingest budgets (`crate::admission`).
+fn admission_metrics(out: &mut String, admission: &Admission, usage: Usage) {
+    let budgets = admission.budgets;
+    gauge(out, "hookraft_pending_deliveries", "Deliveries not yet delivered or dead (this replica).", usage.pending);
+    gauge(out, "hookraft_pending_budget", "Pending deliveries past which ingest is refused.", budgets.max_pending);
+    gauge(
+        out,
+        "hookraft_retained_bytes_estimate",
+        "Estimated bytes of retained events, deliveries and timelines (this replica).",
+        usage.bytes,
+    );
+    gauge(out, "hookraft_memory_budget_bytes", "Retained bytes past which ingest is refused.", budgets.memory_bytes);
+    let _ = writeln!(
+        out,
+        "# HELP hookraft_ingest_refused_total Ingest requests refused (503) by a full budget.\n# TYPE hookraft_ingest_refused_total counter"
+    );
+    for budget in [Budget::Pending, Budget::Memory] {
+        let _ = writeln!(
+            out,
+            "hookraft_ingest_refused_total{{budget=\"{}\"}} {}",
+            budget.label(),
+            admission.refused(budget)
+        );
+    }
 }

@@ -104,12 +104,14 @@ impl ClusterState {
     /// Moves every active delivery of an endpoint to the dead-letter state.
     pub(super) fn dead_letter_active(&mut self, id: &EndpointId, reason: &str, now_ms: u64) {
         let Some(active) = self.active.remove(id) else { return };
+        self.usage.pending = self.usage.pending.saturating_sub(active.len() as u64);
         for delivery_id in active {
-            let Some(delivery) = self.delivery_mut(&delivery_id) else { continue };
-            delivery.state = DeliveryState::Dead;
-            delivery.next_attempt_at_ms = OptionalMs::NONE;
-            delivery.updated_at_ms = now_ms;
-            delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.to_string() });
+            self.change_delivery(&delivery_id, |delivery| {
+                delivery.state = DeliveryState::Dead;
+                delivery.next_attempt_at_ms = OptionalMs::NONE;
+                delivery.updated_at_ms = now_ms;
+                delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.to_string() });
+            });
             self.index_dead(&delivery_id, id, true);
         }
     }

@@ -71,6 +71,16 @@ impl Fanout {
         debug_assert_eq!(targets, scan(endpoints, event_type), "the fan-out index is stale");
         targets
     }
+
+    /// How many endpoints an event of `event_type` fans out to, without
+    /// building the index: from it when it is built (after the first
+    /// ingest), else by asking each endpoint.
+    pub(super) fn count(&self, endpoints: &BTreeMap<EndpointId, Endpoint>, event_type: &str) -> usize {
+        match &self.index {
+            Some(index) => index.by_type.get(event_type).map_or(0, Vec::len) + index.every_type.len(),
+            None => scan(endpoints, event_type).len(),
+        }
+    }
 }
 
 /// Every enabled endpoint that subscribes to `event_type`, by asking each.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::ClusterState;
+use super::usage::{delivery_bytes, event_bytes};
 use crate::command::{IngestResult, NewEvent, Response};
 use crate::ids::{DeliveryId, EndpointId};
 use crate::model::{Delivery, DeliveryState, Event, OptionalMs, TimelineEntry};
@@ -66,6 +67,7 @@ impl ClusterState {
             } else {
                 self.index_delivery(&id, &endpoint_id, true);
             }
+            self.count_bytes(delivery_bytes(&delivery), true);
             self.deliveries.insert(id, Arc::new(delivery));
             created.push((id, endpoint_id));
         }
@@ -73,17 +75,16 @@ impl ClusterState {
         if let Some(key) = &new.idempotency_key {
             self.idempotency.insert(key.as_str().into(), new.id);
         }
-        self.events.insert(
-            new.id,
-            Box::new(Event {
-                id: new.id,
-                event_type: new.event_type.as_str().into(),
-                payload: new.payload.clone(),
-                received_at_ms: now_ms,
-                idempotency_key: new.idempotency_key.as_deref().map(Box::from),
-                deliveries: created.iter().map(|(d, _)| *d).collect(),
-            }),
-        );
+        let event = Box::new(Event {
+            id: new.id,
+            event_type: new.event_type.as_str().into(),
+            payload: new.payload.clone(),
+            received_at_ms: now_ms,
+            idempotency_key: new.idempotency_key.as_deref().map(Box::from),
+            deliveries: created.iter().map(|(d, _)| *d).collect(),
+        });
+        self.count_bytes(event_bytes(&event), true);
+        self.events.insert(new.id, event);
         IngestResult::Created { event_id: new.id, deliveries: created }
     }
 }

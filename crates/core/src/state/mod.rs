@@ -5,7 +5,7 @@
 //! `apply` never reads a clock or an RNG, and only ordered maps are iterated,
 //! so replicas that apply the same log hold the same state. Split by command
 //! family: `endpoints`, `ingest` (with its `fanout` index), `outcomes`,
-//! `replay`, `cluster`, `prune`.
+//! `replay`, `cluster`, `prune`; `usage` counts what it holds.
 
 mod cluster;
 mod endpoints;
@@ -14,6 +14,7 @@ mod ingest;
 mod outcomes;
 mod prune;
 mod replay;
+mod usage;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::command::{Command, Response};
 use crate::dense::{DenseMap, DenseSet};
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, SHARD_COUNT, Shard};
 use crate::model::{Delivery, DeliveryState, Endpoint, Event, NodeRecord, ShardGrant};
+pub use usage::{Usage, delivery_bytes, event_bytes, new_event_bytes};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,7 +49,7 @@ pub struct ClusterState {
     /// chunk of boxes copied every record and its timeline, one allocation
     /// at a time (one apply held the lock 31–50 ms); a chunk of `Arc`s
     /// copies pointers, and an outcome then copies the one delivery it
-    /// changes ([`ClusterState::delivery_mut`]). The price is the 16 bytes
+    /// changes ([`ClusterState::change_delivery`]). The price is the 16 bytes
     /// of an `Arc`'s counts per delivery (docs/benchmarks.md).
     pub deliveries: DenseMap<DeliveryId, Arc<Delivery>>,
     /// Idempotency key → the event it created. Keys arrive in any order,
@@ -80,6 +82,11 @@ pub struct ClusterState {
     /// one out of that state (`index_dead`).
     #[serde(skip)]
     dead: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
+    /// Pending deliveries and the estimated bytes of retained state,
+    /// kept by every apply: derived, never encoded, counted again after
+    /// a decode (`state/usage.rs`).
+    #[serde(skip)]
+    usage: Usage,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
@@ -111,7 +118,7 @@ impl From<Encoded> for ClusterState {
             outcomes_rejected_stale,
         } = encoded;
         let dead = dead_index(&deliveries);
-        Self {
+        let mut state = Self {
             endpoints,
             events,
             deliveries,
@@ -124,7 +131,10 @@ impl From<Encoded> for ClusterState {
             retired: Retired::default(),
             fanout: fanout::Fanout::default(),
             dead,
-        }
+            usage: Usage::default(),
+        };
+        state.recount_usage();
+        state
     }
 }
 
@@ -193,6 +203,7 @@ impl Default for ClusterState {
             retired: Retired::default(),
             fanout: fanout::Fanout::default(),
             dead: BTreeMap::new(),
+            usage: Usage::default(),
         }
     }
 }
@@ -234,10 +245,24 @@ impl ClusterState {
         std::mem::take(&mut self.retired)
     }
 
-    /// A delivery to change: copied first if a snapshot's clone still
-    /// shares it, so the clone keeps the record as it was.
-    fn delivery_mut(&mut self, id: &DeliveryId) -> Option<&mut Delivery> {
-        self.deliveries.get_mut(id).map(Arc::make_mut)
+    /// Changes a delivery, copied first if a snapshot's clone still
+    /// shares it, so the clone keeps the record as it was; counts its
+    /// footprint again (`usage().bytes`). `None` when there is no such
+    /// delivery.
+    fn change_delivery<R>(&mut self, id: &DeliveryId, change: impl FnOnce(&mut Delivery) -> R) -> Option<R> {
+        let delivery = Arc::make_mut(self.deliveries.get_mut(id)?);
+        let before = delivery_bytes(delivery);
+        let result = change(delivery);
+        let after = delivery_bytes(delivery);
+        self.recount_delivery(before, after);
+        Some(result)
+    }
+
+    /// How many deliveries an event of `event_type` without explicit
+    /// targets would create now: one per enabled endpoint subscribed to
+    /// the type. Read-only, for sizing a request before it is proposed.
+    pub fn fanout_count(&self, event_type: &str) -> usize {
+        self.fanout.count(&self.endpoints, event_type)
     }
 
     /// The grant of the shard `endpoint` lives in.
@@ -251,11 +276,16 @@ impl ClusterState {
     }
 
     /// Marks a delivery active or inactive in the per-endpoint index.
+    /// Keeps `usage().pending` with it.
     fn index_delivery(&mut self, delivery: &DeliveryId, endpoint: &EndpointId, active: bool) {
         if active {
-            self.active.entry(*endpoint).or_default().insert(*delivery);
+            if self.active.entry(*endpoint).or_default().insert(*delivery) {
+                self.usage.pending += 1;
+            }
         } else if let Some(set) = self.active.get_mut(endpoint) {
-            set.remove(delivery);
+            if set.remove(delivery) {
+                self.usage.pending = self.usage.pending.saturating_sub(1);
+            }
             if set.is_empty() {
                 self.active.remove(endpoint);
             }
@@ -316,6 +346,10 @@ impl ClusterState {
         }
         if self.shards.iter().any(|g| g.token > self.last_token) {
             return Err("a shard token is above the last token granted".into());
+        }
+        let counted = self.counted_usage();
+        if self.usage != counted {
+            return Err(format!("usage counters say {:?}, the records {counted:?}", self.usage));
         }
         Ok(())
     }

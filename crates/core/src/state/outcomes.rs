@@ -3,7 +3,7 @@
 use super::ClusterState;
 use crate::command::{Outcome, Response};
 use crate::ids::NodeId;
-use crate::model::{DeliveryState, OptionalMs, TimelineEntry};
+use crate::model::{Delivery, DeliveryState, OptionalMs, TimelineEntry};
 use crate::retry::Decision;
 
 /// How one outcome of a batch was handled.
@@ -55,58 +55,20 @@ impl ClusterState {
             // attempt off the delivery's retry budget.
             return Verdict::Ignored;
         }
-        let delivery = self.delivery_mut(&outcome.delivery_id).expect("looked up above");
-        if delivery.state.is_terminal() {
-            // The attempt was in flight when the delivery ended (a duplicate
-            // send that raced a success, or an operator dead-lettered it).
-            // Keep the record; only a success may still change a dead delivery.
-            delivery
-                .push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
-            delivery.attempt_count = delivery.attempt_count.saturating_add(1);
-            if delivery.state == DeliveryState::Dead && outcome.decision == Decision::Delivered {
-                delivery.state = DeliveryState::Delivered;
-                delivery.updated_at_ms = now_ms;
-                delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
-                self.index_dead(&outcome.delivery_id, &endpoint_id, false);
-                return Verdict::Applied;
-            }
-            return Verdict::Ignored;
-        }
-        delivery.attempt_count = delivery.attempt_count.saturating_add(1);
-        delivery.cycle_attempts = delivery.cycle_attempts.saturating_add(1);
-        delivery.updated_at_ms = now_ms;
-        delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
-        let mut still_active = true;
-        let mut gone = false;
-        match &outcome.decision {
-            Decision::Delivered => {
-                delivery.state = DeliveryState::Delivered;
-                delivery.next_attempt_at_ms = OptionalMs::NONE;
-                delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
-                still_active = false;
-            }
-            Decision::Retry { at_ms } => {
-                delivery.state = DeliveryState::Retrying;
-                delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
-                delivery.push_timeline(TimelineEntry::RetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
-            }
-            Decision::Dead { reason } => {
-                delivery.state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = OptionalMs::NONE;
-                delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.clone() });
-                still_active = false;
-            }
-            Decision::Gone => {
-                delivery.state = DeliveryState::Dead;
-                delivery.next_attempt_at_ms = OptionalMs::NONE;
-                let reason = "endpoint answered 410 Gone; endpoint disabled".to_string();
-                delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason });
-                still_active = false;
-                gone = true;
-            }
-        }
-        let delivery_id = delivery.id;
-        let dead = delivery.state == DeliveryState::Dead;
+        let (still_active, gone) =
+            match self.change_delivery(&outcome.delivery_id, |delivery| apply_outcome(delivery, outcome, now_ms)) {
+                Some(Applied::Changed { still_active, gone }) => (still_active, gone),
+                Some(Applied::Done(verdict)) => {
+                    if verdict == Verdict::Applied {
+                        // A success reached a dead delivery: it is delivered now.
+                        self.index_dead(&outcome.delivery_id, &endpoint_id, false);
+                    }
+                    return verdict;
+                }
+                None => return Verdict::Ignored,
+            };
+        let delivery_id = outcome.delivery_id;
+        let dead = matches!(outcome.decision, Decision::Dead { .. } | Decision::Gone);
         self.index_delivery(&delivery_id, &endpoint_id, still_active);
         self.index_dead(&delivery_id, &endpoint_id, dead);
         if let Some(endpoint) = self.endpoints.get_mut(&endpoint_id) {
@@ -125,4 +87,65 @@ impl ClusterState {
         }
         Verdict::Applied
     }
+}
+
+/// What [`apply_outcome`] did to a delivery.
+enum Applied {
+    /// Nothing more to do: the delivery had already ended.
+    Done(Verdict),
+    /// The outcome moved the delivery on; the caller updates the index
+    /// and, on a 410, the endpoint.
+    Changed { still_active: bool, gone: bool },
+}
+
+/// Records an attempt's outcome on its delivery (its fence already checked).
+fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> Applied {
+    if delivery.state.is_terminal() {
+        // The attempt was in flight when the delivery ended (a duplicate
+        // send that raced a success, or an operator dead-lettered it).
+        // Keep the record; only a success may still change a dead delivery.
+        delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
+        delivery.attempt_count = delivery.attempt_count.saturating_add(1);
+        if delivery.state == DeliveryState::Dead && outcome.decision == Decision::Delivered {
+            delivery.state = DeliveryState::Delivered;
+            delivery.updated_at_ms = now_ms;
+            delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
+            return Applied::Done(Verdict::Applied);
+        }
+        return Applied::Done(Verdict::Ignored);
+    }
+    delivery.attempt_count = delivery.attempt_count.saturating_add(1);
+    delivery.cycle_attempts = delivery.cycle_attempts.saturating_add(1);
+    delivery.updated_at_ms = now_ms;
+    delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
+    let mut still_active = true;
+    let mut gone = false;
+    match &outcome.decision {
+        Decision::Delivered => {
+            delivery.state = DeliveryState::Delivered;
+            delivery.next_attempt_at_ms = OptionalMs::NONE;
+            delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
+            still_active = false;
+        }
+        Decision::Retry { at_ms } => {
+            delivery.state = DeliveryState::Retrying;
+            delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
+            delivery.push_timeline(TimelineEntry::RetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
+        }
+        Decision::Dead { reason } => {
+            delivery.state = DeliveryState::Dead;
+            delivery.next_attempt_at_ms = OptionalMs::NONE;
+            delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.clone() });
+            still_active = false;
+        }
+        Decision::Gone => {
+            delivery.state = DeliveryState::Dead;
+            delivery.next_attempt_at_ms = OptionalMs::NONE;
+            let reason = "endpoint answered 410 Gone; endpoint disabled".to_string();
+            delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason });
+            still_active = false;
+            gone = true;
+        }
+    }
+    Applied::Changed { still_active, gone }
 }

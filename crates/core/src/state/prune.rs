@@ -11,6 +11,7 @@
 //! events looked at), which keeps one apply short however large the state.
 
 use super::ClusterState;
+use super::usage::{delivery_bytes, event_bytes};
 use crate::command::Response;
 use crate::ids::EventId;
 use crate::model::DeliveryState;
@@ -28,6 +29,7 @@ impl ClusterState {
         let mut deliveries = 0u32;
         for event_id in &chosen {
             let Some(event) = self.events.remove(event_id) else { continue };
+            self.count_bytes(event_bytes(&event), false);
             for delivery_id in &event.deliveries {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {
                     if delivery.state == DeliveryState::Dead {
@@ -36,9 +38,12 @@ impl ClusterState {
                     #[cfg(not(feature = "break"))]
                     debug_assert!(delivery.state.is_terminal());
                     #[cfg(feature = "break")]
-                    if let Some(active) = self.active.get_mut(&delivery.endpoint_id) {
-                        active.remove(delivery_id);
+                    if let Some(active) = self.active.get_mut(&delivery.endpoint_id)
+                        && active.remove(delivery_id)
+                    {
+                        self.usage.pending = self.usage.pending.saturating_sub(1);
                     }
+                    self.count_bytes(delivery_bytes(&delivery), false);
                     deliveries += 1;
                     self.retired.deliveries.push(delivery);
                 }

@@ -133,13 +133,15 @@ impl ClusterState {
     }
 
     fn requeue(&mut self, id: &DeliveryId, endpoint_id: &EndpointId, now_ms: u64) {
-        if let Some(delivery) = self.delivery_mut(id) {
+        let changed = self.change_delivery(id, |delivery| {
             delivery.state = DeliveryState::Pending;
             delivery.cycle_attempts = 0;
             delivery.cycle_started_at_ms = now_ms;
             delivery.next_attempt_at_ms = OptionalMs::at(now_ms);
             delivery.updated_at_ms = now_ms;
             delivery.push_timeline(TimelineEntry::Replayed { at_ms: now_ms });
+        });
+        if changed.is_some() {
             self.index_delivery(id, endpoint_id, true);
             self.index_dead(id, endpoint_id, false);
         }

@@ -72,6 +72,11 @@ pub struct Accepted {
 pub struct Progress {
     pub accepted: AtomicU64,
     pub failed: AtomicU64,
+    /// Requests refused by a full budget (503 `ingest-budget-full`), the
+    /// first and last of them (ns since the origin, 0 before the first).
+    pub refused_requests: AtomicU64,
+    pub first_refusal_ns: AtomicU64,
+    pub last_refusal_ns: AtomicU64,
     /// Latencies (µs) of the requests answered since the progress line last
     /// took them: where in a run the slow ones fell.
     pub recent_latencies_us: std::sync::Mutex<Vec<u64>>,
@@ -195,6 +200,16 @@ async fn connection_loop(
                 }
                 Err(why) => why,
             },
+            Ok((503, answer)) if is_budget_refusal(&answer) => {
+                let at_ns = u64::try_from(load.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                let _ = progress.first_refusal_ns.compare_exchange(0, at_ns, Ordering::Relaxed, Ordering::Relaxed);
+                progress.last_refusal_ns.fetch_max(at_ns, Ordering::Relaxed);
+                progress.refused_requests.fetch_add(1, Ordering::Relaxed);
+                // Counted, not printed: at a budget's cap most requests are.
+                failures += indexes.len() as u64;
+                progress.failed.fetch_add(indexes.len() as u64, Ordering::Relaxed);
+                continue;
+            }
             Ok((status, answer)) => format!("{status} {}", String::from_utf8_lossy(&answer)),
             Err(error) => error,
         };
@@ -204,6 +219,15 @@ async fn connection_loop(
             eprintln!("events {indexes:?} not accepted: {why}");
         }
     }
+}
+
+/// Whether a 503's body is the problem of a full ingest budget.
+fn is_budget_refusal(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Problem {
+        r#type: String,
+    }
+    serde_json::from_slice::<Problem>(body).is_ok_and(|p| p.r#type.ends_with("/ingest-budget-full"))
 }
 
 /// Response headers read at most; hookraft answers with a handful.
@@ -345,6 +369,15 @@ pub fn event_body(event_type: &str, sent_ns: u64, payload_bytes: usize) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_budget_problem_is_a_budget_refusal() {
+        let full = br#"{"type":"https://hookraft.dev/problems/ingest-budget-full","title":"Ingest budget full","status":503,"detail":"..."}"#;
+        assert!(is_budget_refusal(full));
+        let no_leader = br#"{"type":"https://hookraft.dev/problems/unavailable","status":503,"detail":"no leader"}"#;
+        assert!(!is_budget_refusal(no_leader));
+        assert!(!is_budget_refusal(b"not json"));
+    }
 
     #[test]
     fn event_body_is_json_with_a_payload_of_the_asked_size() {

@@ -74,6 +74,8 @@ pub struct MachineUsage {
 #[derive(Debug, Clone, Serialize)]
 pub struct BacklogFigures {
     pub pending: usize,
+    /// Resident memory of the owner with the backlog built.
+    pub rss_mib: f64,
     /// Resident memory the backlog added to the owner, over pending deliveries.
     pub rss_bytes_per_pending: f64,
     /// The same, less the payload each pending delivery carries.
@@ -84,6 +86,28 @@ pub struct BacklogFigures {
     /// From the first delivery to the last.
     pub drain_s: f64,
     pub drained_per_s: f64,
+}
+
+/// A run against nodes with an ingest budget (`--max-pending`,
+/// `--memory-budget`): how they held at the cap and recovered.
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetFigures {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<String>,
+    /// Requests answered 503 by a full budget.
+    pub refused_requests: u64,
+    /// From the first such refusal to the last.
+    pub at_cap_s: f64,
+    pub refused_per_s: f64,
+    /// Of the requests answered from the first refusal on, the share refused.
+    pub refused_share: f64,
+    /// Resident memory of the first node when the load ended, at the cap.
+    pub rss_at_cap_mib: f64,
+    /// The status of one more event posted once everything accepted had
+    /// arrived: 202 when ingest resumed by itself.
+    pub status_after_drain: u16,
 }
 
 /// One scenario run.
@@ -141,6 +165,8 @@ pub struct Report {
     pub machine_usage: Option<MachineUsage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog: Option<BacklogFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetFigures>,
 }
 
 impl Report {
@@ -222,14 +248,33 @@ impl Report {
         if let Some(b) = &self.backlog {
             let _ = writeln!(
                 out,
-                "  backlog:   {} pending: {:.0} bytes each ({:.0} beyond the payload); first delivery {:.1} s after \
+                "  backlog:   {} pending, rss {:.0} MiB: {:.0} bytes each ({:.0} beyond the payload); first delivery {:.1} s after \
              the endpoint came back (breaker cooldown), then drained in {:.1} s = {:.0}/s",
                 b.pending,
+                b.rss_mib,
                 b.rss_bytes_per_pending,
                 b.rss_bytes_per_pending_beyond_payload,
                 b.first_delivery_after_up_s,
                 b.drain_s,
                 b.drained_per_s
+            );
+        }
+        if let Some(b) = &self.budget {
+            let budgets = [
+                b.max_pending.map(|n| format!("--max-pending {n}")),
+                b.memory_budget.as_ref().map(|m| format!("--memory-budget {m}")),
+            ];
+            let _ = writeln!(
+                out,
+                "  budget:    {}: rss at the cap {:.0} MiB; {} requests refused (503) over {:.1} s at the cap = {:.0}/s, \
+             {:.1}% of the requests answered there; after the drain a new event answered {}",
+                budgets.into_iter().flatten().collect::<Vec<_>>().join(", "),
+                b.rss_at_cap_mib,
+                b.refused_requests,
+                b.at_cap_s,
+                b.refused_per_s,
+                100.0 * b.refused_share,
+                b.status_after_drain
             );
         }
         out

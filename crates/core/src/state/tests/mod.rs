@@ -2,7 +2,8 @@
 //! `ingest` (fan-out, idempotency), `outcomes` (fencing, retries, 410,
 //! timelines), `replay`, `cluster` (heartbeats and grants), `replicas`
 //! (determinism across replicas, batches), `encoding` (the snapshot format
-//! of a delivery) and `prune` (retention). Shared fixtures are here.
+//! of a delivery), `prune` (retention) and `usage` (the counters admission
+//! control reads). Shared fixtures are here.
 
 mod cluster;
 mod encoding;
@@ -11,6 +12,7 @@ mod outcomes;
 mod prune;
 mod replay;
 mod replicas;
+mod usage;
 
 use super::*;
 use crate::command::{EndpointPatch, IngestResult, NewEvent, Outcome, ReplayTarget};
@@ -100,5 +102,6 @@ fn outcome(state: &ClusterState, delivery: &DeliveryId, status: Option<u16>, dec
 /// none of the derived indexes of the original.
 fn decoded(state: &ClusterState) -> ClusterState {
     let bytes = bincode::serde::encode_to_vec(state, bincode::config::standard()).expect("encodes");
+    // Decoding rebuilds the derived indexes and usage counters.
     bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes").0
 }
