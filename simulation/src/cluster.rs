@@ -70,6 +70,8 @@ impl Cluster {
         config.advertise = Some(self.peers[&id].clone());
         config.peers = self.peers.clone();
         config.allow_private_targets = true;
+        // Shared, as in any real cluster: a node without one takes no members.
+        config.cluster_secret = Some("simulated-cluster-secret".into());
         config.lease_ms = LEASE_MS;
         config.snapshot_every_entries = SNAPSHOT_EVERY_ENTRIES;
         config.retention_ms = Some(RETENTION_MS);
