@@ -84,10 +84,21 @@ impl ClusterState {
                 delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
                 still_active = false;
             }
-            Decision::Retry { at_ms } => {
+            Decision::Retry { at_ms, rule } => {
                 delivery.state = DeliveryState::Retrying;
                 delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
-                delivery.push_timeline(TimelineEntry::RetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
+                let rule = *rule;
+                delivery.push_timeline(TimelineEntry::RetryScheduled {
+                    at_ms: now_ms,
+                    next_attempt_at_ms: *at_ms,
+                    rule,
+                });
+            }
+            Decision::LegacyRetry { at_ms } => {
+                delivery.state = DeliveryState::Retrying;
+                delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
+                let entry = TimelineEntry::LegacyRetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms };
+                delivery.push_timeline(entry);
             }
             Decision::Dead { reason } => {
                 delivery.state = DeliveryState::Dead;
