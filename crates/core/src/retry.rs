@@ -899,6 +899,21 @@ mod tests {
         }
     }
 
+    /// The inverse of `days_from_civil` (Hinnant's `civil_from_days`), to
+    /// render dates in tests.
+    fn civil_from_days(days: i64) -> (i64, u32, u32) {
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let day_of_era = z.rem_euclid(146_097);
+        let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+        let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+        let mp = (5 * day_of_year + 2) / 153;
+        let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+        let month = (if mp < 10 { mp + 3 } else { mp - 9 }) as u32;
+        let year = year_of_era + era * 400 + i64::from(month <= 2);
+        (year, month, day)
+    }
+
     #[test]
     fn days_from_civil_matches_known_dates() {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
@@ -965,6 +980,38 @@ mod tests {
         #[test]
         fn delta_seconds_round_trip(seconds in 0u64..=u64::MAX / 1000) {
             prop_assert_eq!(parse_retry_after(&seconds.to_string(), 0), Some(seconds * 1000));
+        }
+
+        #[test]
+        fn any_retry_after_text_is_a_delay_only_in_one_of_the_two_forms(
+            text in "\\PC{0,40}|[0-9 ]{0,30}|[A-Za-z]{3}, [0-9]{2} [A-Za-z]{3} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            now_ms in any::<u64>(),
+        ) {
+            if let Some(delay_ms) = parse_retry_after(&text, now_ms) {
+                let value = text.trim();
+                let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+                prop_assert!(digits || parse_imf_fixdate_ms(value).is_some(), "{text:?} gave {delay_ms}");
+                if let Some(date_ms) = parse_imf_fixdate_ms(value) {
+                    prop_assert_eq!(delay_ms, date_ms.saturating_sub(now_ms));
+                }
+            }
+        }
+
+        #[test]
+        fn any_imf_fixdate_of_a_real_time_parses_back_to_it(seconds in 0u64..253_402_300_800) {
+            // Renders 0001..=9999 dates by the same civil calendar, then parses.
+            let days = (seconds / 86_400) as i64;
+            let (year, month, day) = civil_from_days(days);
+            let weekday = DAY_NAMES[((days + 3).rem_euclid(7)) as usize];
+            let clock = seconds % 86_400;
+            let text = format!(
+                "{weekday} {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
+                MONTH_NAMES[month as usize - 1],
+                clock / 3600,
+                clock / 60 % 60,
+                clock % 60
+            );
+            prop_assert_eq!(parse_retry_after(&text, 0), Some(seconds * 1000), "{}", text);
         }
     }
 }
