@@ -109,13 +109,15 @@ async fn event_body_over_1_mib_is_413_and_creates_nothing() {
 async fn invalid_endpoint_fields_are_4xx_problems_and_create_nothing() {
     let node = TestNode::start().await;
     let valid = "http://127.0.0.1:9/hook";
-    let cases: [(&str, Value); 8] = [
+    let cases: [(&str, Value); 10] = [
         ("ftp url", json!({"url": "ftp://x"})),
         ("not a url", json!({"url": "not a url"})),
         ("missing url", json!({"description": "no url"})),
         ("max_in_flight 0", json!({"url": valid, "max_in_flight": 0})),
         ("timeout_ms 50", json!({"url": valid, "timeout_ms": 50})),
         ("attempts_max 0", json!({"url": valid, "retry": {"attempts_max": 0}})),
+        ("retry_after_max_ms over 7 days", json!({"url": valid, "retry": {"retry_after_max_ms": 604_800_001u64}})),
+        ("retry_after_max_ms negative", json!({"url": valid, "retry": {"retry_after_max_ms": -1}})),
         ("bad secret", json!({"url": valid, "secret": "not-a-secret"})),
         ("event_types not a list", json!({"url": valid, "event_types": "a"})),
     ];

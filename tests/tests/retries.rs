@@ -43,6 +43,7 @@ async fn answers_503_503_200_end_delivered_after_three_recorded_attempts() {
     assert_eq!(entries_of_kind(&delivery, "retry_scheduled").len(), 2, "{delivery:#}");
     for scheduled in entries_of_kind(&delivery, "retry_scheduled") {
         assert!(scheduled["next_attempt_at"].is_string(), "{scheduled}");
+        assert_eq!(scheduled["rule"], "backoff", "{scheduled}");
     }
     let kinds = timeline_kinds(&delivery);
     assert_eq!(kinds.first().map(String::as_str), Some("received"), "{kinds:?}");
@@ -62,11 +63,12 @@ async fn answers_503_503_200_end_delivered_after_three_recorded_attempts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_2_seconds_delays_the_second_attempt_by_at_least_2_seconds() {
+async fn retry_after_2_seconds_delays_the_second_attempt_by_at_least_2_seconds_past_a_1_second_cap() {
     let receiver = ScriptedReceiver::start().await;
     receiver.push("slow-down", Reply::status(503).header("Retry-After", "2"));
     let node = TestNode::start().await;
-    let body = json!({"url": receiver.url("slow-down"), "retry": retry(5, 50, 10_000)});
+    // Retry-After is a floor: cap_ms bounds the backoff, not the receiver's wish.
+    let body = json!({"url": receiver.url("slow-down"), "retry": retry(5, 50, 1_000)});
     let (endpoint_id, _) = register_endpoint(&node, &body).await;
     let accepted = send_event(&node, &json!({"type": "t", "payload": {}})).await;
 
@@ -74,7 +76,25 @@ async fn retry_after_2_seconds_delays_the_second_attempt_by_at_least_2_seconds()
     let requests = receiver.requests("slow-down");
     let gap = requests[1].received_at.duration_since(requests[0].received_at);
     assert!(gap >= Duration::from_millis(1_900), "second attempt came {gap:?} after the first, despite Retry-After: 2");
-    wait_delivery_state(&node, &accepted.delivery_for(&endpoint_id), "delivered", DEADLINE).await;
+    let delivery = wait_delivery_state(&node, &accepted.delivery_for(&endpoint_id), "delivered", DEADLINE).await;
+    let scheduled = entries_of_kind(&delivery, "retry_scheduled");
+    assert_eq!(scheduled.len(), 1, "{delivery:#}");
+    assert_eq!(scheduled[0]["rule"], "retry_after", "{delivery:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_without_retry_after_is_retried_under_the_throttled_rule() {
+    let receiver = ScriptedReceiver::start().await;
+    receiver.push("busy", Reply::status(429));
+    let node = TestNode::start().await;
+    let body = json!({"url": receiver.url("busy"), "retry": retry(5, 50, 200)});
+    let (endpoint_id, _) = register_endpoint(&node, &body).await;
+    let accepted = send_event(&node, &json!({"type": "t", "payload": {}})).await;
+
+    let delivery = wait_delivery_state(&node, &accepted.delivery_for(&endpoint_id), "delivered", DEADLINE).await;
+    let scheduled = entries_of_kind(&delivery, "retry_scheduled");
+    assert_eq!(scheduled.len(), 1, "{delivery:#}");
+    assert_eq!(scheduled[0]["rule"], "throttled", "{delivery:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ pub struct RetryInput {
     pub base_ms: Option<u64>,
     pub cap_ms: Option<u64>,
     pub max_age_s: Option<u64>,
+    pub retry_after_max_ms: Option<u64>,
 }
 
 impl RetryInput {
@@ -30,6 +31,7 @@ impl RetryInput {
             base_ms: self.base_ms.unwrap_or(d.base_ms),
             cap_ms: self.cap_ms.unwrap_or(d.cap_ms.max(self.base_ms.unwrap_or(0))),
             max_age_s: self.max_age_s.unwrap_or(d.max_age_s),
+            retry_after_max_ms: self.retry_after_max_ms.unwrap_or(d.retry_after_max_ms),
         };
         policy.validate().map_err(Problem::invalid)?;
         Ok(policy)

@@ -24,6 +24,7 @@ pub fn retry(policy: &RetryPolicy) -> Value {
         "base_ms": policy.base_ms,
         "cap_ms": policy.cap_ms,
         "max_age_s": policy.max_age_s,
+        "retry_after_max_ms": policy.retry_after_max_ms,
     })
 }
 
@@ -88,9 +89,19 @@ pub fn timeline_entry(entry: &TimelineEntry) -> Value {
             "fencing_token": attempt.fencing_token,
             "response_body": attempt.response_excerpt,
         }),
-        TimelineEntry::RetryScheduled { at_ms, next_attempt_at_ms } => {
-            json!({"kind": "retry_scheduled", "at": ts(*at_ms), "next_attempt_at": ts(*next_attempt_at_ms)})
-        }
+        TimelineEntry::RetryScheduled { at_ms, next_attempt_at_ms, rule } => json!({
+            "kind": "retry_scheduled",
+            "at": ts(*at_ms),
+            "next_attempt_at": ts(*next_attempt_at_ms),
+            "rule": rule.as_str(),
+        }),
+        // Recorded before the rule was: unknown, so null.
+        TimelineEntry::LegacyRetryScheduled { at_ms, next_attempt_at_ms } => json!({
+            "kind": "retry_scheduled",
+            "at": ts(*at_ms),
+            "next_attempt_at": ts(*next_attempt_at_ms),
+            "rule": Value::Null,
+        }),
         TimelineEntry::Delivered { at_ms } => json!({"kind": "delivered", "at": ts(*at_ms)}),
         TimelineEntry::Dead { at_ms, reason } => json!({"kind": "dead", "at": ts(*at_ms), "reason": reason}),
         TimelineEntry::Replayed { at_ms } => json!({"kind": "replayed", "at": ts(*at_ms)}),
@@ -164,4 +175,37 @@ pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value
             "id": d.id, "endpoint_id": d.endpoint_id, "state": effective_state(ctx, d).as_str(),
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use hookraft_core::retry::RetryRule;
+
+    use super::*;
+
+    #[test]
+    fn a_retry_entry_names_its_rule_and_an_entry_from_before_rules_has_none() {
+        let rules = [
+            (RetryRule::Backoff, "backoff"),
+            (RetryRule::RetryAfter, "retry_after"),
+            (RetryRule::RetryAfterCapped, "retry_after_capped"),
+            (RetryRule::Throttled, "throttled"),
+        ];
+        for (rule, name) in rules {
+            let view = timeline_entry(&TimelineEntry::RetryScheduled { at_ms: 0, next_attempt_at_ms: 1_000, rule });
+            assert_eq!(view["kind"], "retry_scheduled");
+            assert_eq!(view["rule"], name);
+            assert_eq!(view["next_attempt_at"], ts(1_000));
+        }
+        let legacy = timeline_entry(&TimelineEntry::LegacyRetryScheduled { at_ms: 0, next_attempt_at_ms: 1_000 });
+        assert_eq!(legacy["kind"], "retry_scheduled");
+        assert!(legacy["rule"].is_null(), "{legacy}");
+    }
+
+    #[test]
+    fn the_retry_policy_view_shows_retry_after_max_ms() {
+        let view = retry(&RetryPolicy { retry_after_max_ms: 90_000, ..RetryPolicy::default() });
+        assert_eq!(view["retry_after_max_ms"], 90_000);
+        assert_eq!(view["cap_ms"], RetryPolicy::default().cap_ms);
+    }
 }

@@ -325,4 +325,76 @@ mod tests {
         assert!(Cli::try_parse_from(["receiver", "--secret", "nope"]).is_err());
         assert!(Cli::try_parse_from(["receiver", "--secret", &a, "--status", "99"]).is_err());
     }
+
+    mod hostile {
+        use axum::body::Body;
+        use axum::http::{HeaderName, Request};
+        use proptest::prelude::*;
+        use tower::ServiceExt;
+
+        use super::*;
+
+        /// Bytes a header value may carry: visible ASCII, space, tab and obs-text.
+        fn header_value() -> impl Strategy<Value = Vec<u8>> {
+            let byte = prop_oneof![0x20u8..=0x7e, 0x80u8..=0xff, Just(b'\t')];
+            prop_oneof![
+                proptest::collection::vec(byte, 0..120),
+                "[0-9 ]{0,12}".prop_map(String::into_bytes),
+                "(v1,[A-Za-z0-9+/=]{0,44} ?){0,20}".prop_map(String::into_bytes),
+            ]
+        }
+
+        fn request_headers() -> impl Strategy<Value = HeaderMap> {
+            let names =
+                prop::sample::select(vec!["webhook-id", "webhook-timestamp", "webhook-signature", "webhook-attempt"]);
+            proptest::collection::vec((names, header_value()), 0..6).prop_map(|pairs| {
+                let mut headers = HeaderMap::new();
+                for (name, value) in pairs {
+                    let value = HeaderValue::from_bytes(&value).expect("the strategy makes valid header bytes");
+                    headers.append(HeaderName::from_static(name), value);
+                }
+                headers
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn a_forged_request_is_rejected_with_a_reason_on_one_line(
+                headers in request_headers(),
+                body in proptest::collection::vec(any::<u8>(), 0..300),
+                now_s in any::<u64>(),
+            ) {
+                let verdict = check_request(&[secret(1)], &headers, &body, now_s);
+                let Verdict::Rejected { reason, request } = &verdict else {
+                    return Err(TestCaseError::fail(format!("a forged request verified: {verdict:?}")));
+                };
+                prop_assert!(!reason.is_empty());
+                prop_assert_eq!(request.bytes, body.len());
+                let line = verdict.line();
+                prop_assert!(!line.contains('\n') && !line.contains('\r'), "{line:?}");
+            }
+
+            #[test]
+            fn the_receiver_answers_a_forged_request_401_and_any_other_method_405(
+                headers in request_headers(),
+                body in proptest::collection::vec(any::<u8>(), 0..300),
+                post in any::<bool>(),
+            ) {
+                let receiver = Arc::new(Receiver { secrets: vec![secret(1)], status: StatusCode::NO_CONTENT, quiet: true });
+                let app = Router::new().fallback(handle).with_state(receiver);
+                let mut request = Request::builder().method(if post { "POST" } else { "PUT" }).uri("/any");
+                for (name, value) in &headers {
+                    request = request.header(name, value);
+                }
+                let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+                let response = runtime
+                    .block_on(app.oneshot(request.body(Body::from(body)).expect("request")))
+                    .expect("infallible");
+                let expected = if post { StatusCode::UNAUTHORIZED } else { StatusCode::METHOD_NOT_ALLOWED };
+                prop_assert_eq!(response.status(), expected);
+            }
+        }
+    }
 }

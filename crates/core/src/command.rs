@@ -79,8 +79,9 @@ pub enum Command {
     },
     /// Several commands in one log entry, applied in order. openraft appends
     /// (and fsyncs) once per client write, so a node's log writer wraps
-    /// everything queued meanwhile into one `Batch`.
-    Batch(Vec<Command>),
+    /// everything queued meanwhile into one `Batch`. Decoding refuses
+    /// batches nested deeper than [`BATCH_NESTING_MAX`].
+    Batch(#[serde(deserialize_with = "nesting::bounded")] Vec<Command>),
     /// Takes shards from their owners (each under a new token, so the old
     /// owner's outcomes become stale), to be granted again once the old
     /// owner's lease must have lapsed; `Some(node)` names where they go.
@@ -188,8 +189,9 @@ pub enum Response {
     ShardsAssigned {
         tokens: Vec<(Shard, u64)>,
     },
-    /// One response per command of a `Batch`, in order.
-    Batch(Vec<Response>),
+    /// One response per command of a `Batch`, in order. Nesting bounded
+    /// on decode like [`Command::Batch`].
+    Batch(#[serde(deserialize_with = "nesting::bounded")] Vec<Response>),
     /// What a `Prune` removed.
     Pruned {
         events: u32,
@@ -219,4 +221,92 @@ pub enum IngestResult {
     UnknownEndpoint {
         endpoint_id: EndpointId,
     },
+}
+
+/// How deep batches may nest in a decoded command or response. The node
+/// nests two deep (the log writer batches the lease loop's batches); bytes
+/// from the network could otherwise nest a batch per two bytes and overflow
+/// the decoder's stack, which aborts the process.
+pub const BATCH_NESTING_MAX: u32 = 16;
+
+/// Counts the batches being decoded on this thread (decoding is synchronous,
+/// so a thread's count is one decode's depth).
+mod nesting {
+    use std::cell::Cell;
+
+    use serde::{Deserialize, Deserializer, de};
+
+    use super::BATCH_NESTING_MAX;
+
+    thread_local! {
+        static DEPTH: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// Leaves one level when dropped, also when decoding fails or unwinds.
+    struct Level;
+
+    impl Drop for Level {
+        fn drop(&mut self) {
+            DEPTH.with(|depth| depth.set(depth.get().saturating_sub(1)));
+        }
+    }
+
+    pub(super) fn bounded<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Vec<T>, D::Error> {
+        let depth = DEPTH.with(|depth| {
+            depth.set(depth.get() + 1);
+            depth.get()
+        });
+        let _level = Level;
+        if depth > BATCH_NESTING_MAX {
+            return Err(de::Error::custom(format!("batches nested more than {BATCH_NESTING_MAX} deep")));
+        }
+        Vec::<T>::deserialize(deserializer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bincode_of<T: Serialize>(value: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(value, bincode::config::standard()).expect("encodes")
+    }
+
+    fn from_bincode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+        bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+            .map(|(value, _)| value)
+            .map_err(|e| e.to_string())
+    }
+
+    fn nested(depth: u32) -> Command {
+        (0..depth).fold(Command::Noop, |inner, _| Command::Batch(vec![inner]))
+    }
+
+    #[test]
+    fn batches_nested_up_to_the_limit_decode_and_deeper_ones_are_refused() {
+        let ok = nested(BATCH_NESTING_MAX);
+        assert_eq!(from_bincode::<Command>(&bincode_of(&ok)), Ok(ok));
+        let error = from_bincode::<Command>(&bincode_of(&nested(BATCH_NESTING_MAX + 1))).expect_err("refused");
+        assert!(error.contains("batches nested more than 16 deep"), "{error}");
+        // The depth is per decode: a refused decode leaves none behind.
+        let two = nested(2);
+        assert_eq!(from_bincode::<Command>(&bincode_of(&two)), Ok(two));
+    }
+
+    #[test]
+    fn a_hostile_nesting_of_a_million_batches_is_an_error_not_a_stack_overflow() {
+        // `Batch(vec![x])` encodes as the variant, the length 1, then x.
+        let one = bincode_of(&Command::Batch(vec![Command::Noop]));
+        let noop = bincode_of(&Command::Noop);
+        let prefix = &one[..one.len() - noop.len()];
+        let mut bytes = prefix.repeat(1_000_000);
+        bytes.extend_from_slice(&noop);
+        assert!(from_bincode::<Command>(&bytes).is_err());
+
+        let one = bincode_of(&Response::Batch(vec![Response::Ok]));
+        let ok = bincode_of(&Response::Ok);
+        let mut bytes = one[..one.len() - ok.len()].repeat(1_000_000);
+        bytes.extend_from_slice(&ok);
+        assert!(from_bincode::<Response>(&bytes).is_err());
+    }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId};
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryPolicy, RetryRule};
 use crate::signing::Secret;
 
 /// Default concurrent attempts per endpoint.
@@ -202,7 +202,9 @@ pub enum TimelineEntry {
         /// encodes as its content, so the log and snapshot formats are the same.
         attempt: Box<AttemptRecord>,
     },
-    RetryScheduled {
+    /// A retry as earlier versions recorded it, without the rule that chose
+    /// its wait: read from their logs and snapshots, never recorded now.
+    LegacyRetryScheduled {
         at_ms: u64,
         next_attempt_at_ms: u64,
     },
@@ -220,6 +222,13 @@ pub enum TimelineEntry {
     Truncated {
         at_ms: u64,
         dropped: u64,
+    },
+    /// A retry was scheduled; `rule` chose its wait. (Appended: entries are
+    /// encoded by position, see the module docs.)
+    RetryScheduled {
+        at_ms: u64,
+        next_attempt_at_ms: u64,
+        rule: RetryRule,
     },
 }
 

@@ -1,15 +1,23 @@
 //! Retry policy: full-jitter exponential backoff bounded by attempts and age,
-//! `Retry-After` honoured, 410 Gone final.
+//! `Retry-After` a floor under the next wait, a 429 without it backed off
+//! harder than other failures, 410 Gone final.
 //!
 //! Pure: the caller passes the time and the random source, so a seeded run
 //! replays the same schedule. This module owns the decision after an attempt;
 //! it must not read a clock, draw from a global RNG or know about HTTP clients.
 
+use std::fmt;
+
 use rand_core::Rng;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::ser::{SerializeTuple, Serializer};
 use serde::{Deserialize, Serialize};
 
 /// Per-endpoint retry settings (DESIGN §6 defaults).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Encoded (log, snapshots) in a tagged layout that also reads the layout
+/// written before `retry_after_max_ms` existed; see [`encoding`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in one delivery cycle before the delivery is dead-lettered.
     pub attempts_max: u32,
@@ -19,6 +27,9 @@ pub struct RetryPolicy {
     pub cap_ms: u64,
     /// Age after which a delivery is dead-lettered instead of retried.
     pub max_age_s: u64,
+    /// The longest wait a `Retry-After` answer can impose; a longer one is
+    /// honoured up to this (independent of `cap_ms`). 0 ignores the header.
+    pub retry_after_max_ms: u64,
 }
 
 pub const ATTEMPTS_MAX_LIMIT: u32 = 100;
@@ -26,10 +37,23 @@ pub const ATTEMPTS_MAX_LIMIT: u32 = 100;
 pub const CAP_MS_LIMIT: u64 = 7 * 24 * 3600 * 1000;
 /// Largest accepted `max_age_s`: 30 days.
 pub const MAX_AGE_S_LIMIT: u64 = 30 * 24 * 3600;
+/// Default `retry_after_max_ms`: one hour.
+pub const RETRY_AFTER_MAX_MS_DEFAULT: u64 = 3600 * 1000;
+/// Largest accepted `retry_after_max_ms`: 7 days.
+pub const RETRY_AFTER_MAX_MS_LIMIT: u64 = 7 * 24 * 3600 * 1000;
+
+/// The status that asks a sender to slow down.
+pub const STATUS_TOO_MANY_REQUESTS: u16 = 429;
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { attempts_max: 18, base_ms: 5_000, cap_ms: 8 * 3600 * 1000, max_age_s: 72 * 3600 }
+        Self {
+            attempts_max: 18,
+            base_ms: 5_000,
+            cap_ms: 8 * 3600 * 1000,
+            max_age_s: 72 * 3600,
+            retry_after_max_ms: RETRY_AFTER_MAX_MS_DEFAULT,
+        }
     }
 }
 
@@ -47,6 +71,9 @@ impl RetryPolicy {
         }
         if !(1..=MAX_AGE_S_LIMIT).contains(&self.max_age_s) {
             return Err(format!("retry.max_age_s must be between 1 and {MAX_AGE_S_LIMIT} (30 days)"));
+        }
+        if self.retry_after_max_ms > RETRY_AFTER_MAX_MS_LIMIT {
+            return Err(format!("retry.retry_after_max_ms must be between 0 and {RETRY_AFTER_MAX_MS_LIMIT} (7 days)"));
         }
         Ok(())
     }
@@ -66,12 +93,28 @@ impl RetryPolicy {
 
     /// Full jitter: uniform in `[0, min(cap, base * 2^(attempts_made - 1))]`.
     pub fn backoff_ms(&self, attempts_made: u32, rng: &mut impl Rng) -> u64 {
-        let ceiling = self.backoff_ceiling_ms(attempts_made);
-        // The modulo bias is below 2^-20 for any ceiling a valid policy allows.
-        match ceiling.checked_add(1) {
-            Some(span) => rng.next_u64() % span,
-            None => rng.next_u64(),
-        }
+        uniform_up_to(self.backoff_ceiling_ms(attempts_made), rng)
+    }
+
+    /// The wait after a 429 without `Retry-After`: uniform in `[c, c']`,
+    /// where `c` is this attempt's backoff ceiling and `c'` the next
+    /// attempt's (`min(cap, 2c)`). It starts where a 5xx's range ends, so a
+    /// throttled wait is never shorter than any wait a 5xx could draw on the
+    /// same attempt, and is longer except at the cap.
+    pub fn throttled_ms(&self, attempts_made: u32, rng: &mut impl Rng) -> u64 {
+        let attempts_made = attempts_made.max(1);
+        let floor = self.backoff_ceiling_ms(attempts_made);
+        let ceiling = self.backoff_ceiling_ms(attempts_made.saturating_add(1));
+        floor + uniform_up_to(ceiling - floor, rng)
+    }
+}
+
+/// Uniform in `[0, max]`. The modulo bias is below 2^-20 for any range a
+/// valid policy allows.
+fn uniform_up_to(max: u64, rng: &mut impl Rng) -> u64 {
+    match max.checked_add(1) {
+        Some(span) => rng.next_u64() % span,
+        None => rng.next_u64(),
     }
 }
 
@@ -84,11 +127,40 @@ pub enum AttemptResult {
     Failed,
 }
 
-/// What to do after an attempt.
+/// Which rule chose the wait before a retry (recorded on the timeline).
+/// Encoded by position: append new rules only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RetryRule {
+    /// The full-jitter backoff (no usable `Retry-After`, or one shorter
+    /// than the backoff drew).
+    Backoff,
+    /// The receiver's `Retry-After`, as asked.
+    RetryAfter,
+    /// The receiver's `Retry-After`, shortened to `retry_after_max_ms`.
+    RetryAfterCapped,
+    /// A 429 without `Retry-After`: [`RetryPolicy::throttled_ms`].
+    Throttled,
+}
+
+impl RetryRule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryRule::Backoff => "backoff",
+            RetryRule::RetryAfter => "retry_after",
+            RetryRule::RetryAfterCapped => "retry_after_capped",
+            RetryRule::Throttled => "throttled",
+        }
+    }
+}
+
+/// What to do after an attempt. Encoded by position in the log: variants
+/// that have shipped are frozen, new ones go at the end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
     Delivered,
-    Retry {
+    /// A retry as earlier versions wrote it, without its rule: apply still
+    /// reads it from their logs; [`decide`] never returns it.
+    LegacyRetry {
         at_ms: u64,
     },
     Dead {
@@ -96,6 +168,21 @@ pub enum Decision {
     },
     /// 410 Gone: dead-letter and disable the endpoint.
     Gone,
+    /// Retry at `at_ms`; `rule` chose the wait.
+    Retry {
+        at_ms: u64,
+        rule: RetryRule,
+    },
+}
+
+impl Decision {
+    /// When the next attempt is due, for either form of a retry.
+    pub fn retry_at_ms(&self) -> Option<u64> {
+        match self {
+            Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } => Some(*at_ms),
+            _ => None,
+        }
+    }
 }
 
 /// The status code that ends a delivery and disables its endpoint.
@@ -105,6 +192,11 @@ pub const STATUS_GONE: u16 = 410;
 ///
 /// `attempts_made` counts the attempts of this cycle including the one just
 /// finished. The rng is drawn from only when a retry is considered, once.
+///
+/// A wait `Retry-After` imposes is a floor the next attempt honours, even
+/// past `cap_ms` (up to `retry_after_max_ms`). When the floor would put the
+/// next attempt past the cycle's `max_age_s`, the delivery is dead-lettered
+/// with a reason that says so, rather than sent before the receiver asked.
 pub fn decide(
     policy: &RetryPolicy,
     result: &AttemptResult,
@@ -113,22 +205,18 @@ pub fn decide(
     now_ms: u64,
     rng: &mut impl Rng,
 ) -> Decision {
-    let retry_after_ms = match result {
+    let (code, retry_after_ms) = match result {
         AttemptResult::Status { code: 200..=299, .. } => return Decision::Delivered,
         AttemptResult::Status { code: STATUS_GONE, .. } => return Decision::Gone,
-        AttemptResult::Status { retry_after_ms, .. } => *retry_after_ms,
-        AttemptResult::Failed => None,
+        AttemptResult::Status { code, retry_after_ms } => (Some(*code), *retry_after_ms),
+        AttemptResult::Failed => (None, None),
     };
     if attempts_made >= policy.attempts_max {
         return Decision::Dead {
             reason: format!("attempts exhausted: {attempts_made} of {} failed", policy.attempts_max),
         };
     }
-    let mut delay_ms = policy.backoff_ms(attempts_made, rng);
-    if let Some(asked_ms) = retry_after_ms {
-        // Honour the receiver's wish, but never wait longer than the cap.
-        delay_ms = delay_ms.max(asked_ms.min(policy.cap_ms));
-    }
+    let (delay_ms, rule) = choose_wait(policy, code, retry_after_ms, attempts_made, rng);
     // At least a millisecond: a delivery's attempts under one grant then all
     // start at distinct times, which is what lets apply tell an outcome
     // proposed twice from a second attempt (`ClusterState::record_outcomes`).
@@ -136,14 +224,136 @@ pub fn decide(
     let deadline_ms = cycle_started_at_ms.saturating_add(policy.max_age_s.saturating_mul(1000));
     if at_ms > deadline_ms {
         let age_s = at_ms.saturating_sub(cycle_started_at_ms) / 1000;
+        let asked = match (rule, retry_after_ms) {
+            (RetryRule::RetryAfter, Some(asked_ms)) => {
+                format!("the receiver asked to wait {} s (Retry-After), so ", asked_ms / 1000)
+            }
+            (RetryRule::RetryAfterCapped, Some(asked_ms)) => format!(
+                "the receiver asked to wait {} s (Retry-After, honoured up to {} s), so ",
+                asked_ms / 1000,
+                policy.retry_after_max_ms / 1000
+            ),
+            _ => String::new(),
+        };
         return Decision::Dead {
             reason: format!(
-                "max age exceeded: the next attempt would start {age_s} s into the cycle, the limit is {} s",
+                "max age exceeded: {asked}the next attempt would start {age_s} s into the cycle, the limit is {} s",
                 policy.max_age_s
             ),
         };
     }
-    Decision::Retry { at_ms }
+    Decision::Retry { at_ms, rule }
+}
+
+/// The wait before the next attempt and the rule that chose it. `code` is
+/// the status answered (none for a failure to get one); one draw from `rng`.
+///
+/// - no usable `Retry-After`: the backoff, or the throttled wait for a 429;
+/// - `Retry-After` up to `retry_after_max_ms`: the longer of it and the backoff;
+/// - a longer `Retry-After`: the longer of `retry_after_max_ms` and the backoff.
+///
+/// The rule names whichever set the wait (the backoff when it was longer).
+pub fn choose_wait(
+    policy: &RetryPolicy,
+    code: Option<u16>,
+    retry_after_ms: Option<u64>,
+    attempts_made: u32,
+    rng: &mut impl Rng,
+) -> (u64, RetryRule) {
+    let Some(asked_ms) = retry_after_ms else {
+        return if code == Some(STATUS_TOO_MANY_REQUESTS) {
+            (policy.throttled_ms(attempts_made, rng), RetryRule::Throttled)
+        } else {
+            (policy.backoff_ms(attempts_made, rng), RetryRule::Backoff)
+        };
+    };
+    let backoff_ms = policy.backoff_ms(attempts_made, rng);
+    let (floor_ms, rule) = if asked_ms > policy.retry_after_max_ms {
+        (policy.retry_after_max_ms, RetryRule::RetryAfterCapped)
+    } else {
+        (asked_ms, RetryRule::RetryAfter)
+    };
+    if floor_ms > backoff_ms { (floor_ms, rule) } else { (backoff_ms, RetryRule::Backoff) }
+}
+
+/// The encoded form of a [`RetryPolicy`].
+///
+/// Bincode is positional and not self-describing, so a field cannot simply
+/// be added with a default: bytes written before would be misread. The
+/// first layout was the four fields `attempts_max, base_ms, cap_ms,
+/// max_age_s`. The current one starts with [`encoding::TAG`], a value no
+/// valid `attempts_max` takes (it was always validated to 1..=100), then a
+/// layout version, then the fields. Decoding reads the first number and
+/// picks the layout from it.
+pub mod encoding {
+    /// Starts a tagged layout; never a valid `attempts_max`.
+    pub const TAG: u32 = u32::MAX;
+    /// The layout this build writes: the four first fields, then `retry_after_max_ms`.
+    pub const VERSION: u32 = 2;
+    /// Elements of the current layout, tag and version included.
+    pub(super) const ELEMENTS: usize = 7;
+}
+
+impl Serialize for RetryPolicy {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut tuple = serializer.serialize_tuple(encoding::ELEMENTS)?;
+        tuple.serialize_element(&encoding::TAG)?;
+        tuple.serialize_element(&encoding::VERSION)?;
+        tuple.serialize_element(&self.attempts_max)?;
+        tuple.serialize_element(&self.base_ms)?;
+        tuple.serialize_element(&self.cap_ms)?;
+        tuple.serialize_element(&self.max_age_s)?;
+        tuple.serialize_element(&self.retry_after_max_ms)?;
+        tuple.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RetryPolicy {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_tuple(encoding::ELEMENTS, PolicyVisitor)
+    }
+}
+
+struct PolicyVisitor;
+
+impl<'de> Visitor<'de> for PolicyVisitor {
+    type Value = RetryPolicy;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a retry policy")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RetryPolicy, A::Error> {
+        let first: u32 = element(&mut seq, 0)?;
+        if first != encoding::TAG {
+            // The first layout: `first` is `attempts_max`.
+            return Ok(RetryPolicy {
+                attempts_max: first,
+                base_ms: element(&mut seq, 1)?,
+                cap_ms: element(&mut seq, 2)?,
+                max_age_s: element(&mut seq, 3)?,
+                retry_after_max_ms: RETRY_AFTER_MAX_MS_DEFAULT,
+            });
+        }
+        let version: u32 = element(&mut seq, 1)?;
+        if version != encoding::VERSION {
+            return Err(de::Error::custom(format!(
+                "retry policy layout {version} is not one this build reads ({})",
+                encoding::VERSION
+            )));
+        }
+        Ok(RetryPolicy {
+            attempts_max: element(&mut seq, 2)?,
+            base_ms: element(&mut seq, 3)?,
+            cap_ms: element(&mut seq, 4)?,
+            max_age_s: element(&mut seq, 5)?,
+            retry_after_max_ms: element(&mut seq, 6)?,
+        })
+    }
+}
+
+fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: &mut A, index: usize) -> Result<T, A::Error> {
+    seq.next_element()?.ok_or_else(|| de::Error::invalid_length(index, &PolicyVisitor))
 }
 
 /// Parses a `Retry-After` value (delta seconds or IMF-fixdate) into a delay.
@@ -246,6 +456,7 @@ mod tests {
         assert_eq!(policy.base_ms, 5_000);
         assert_eq!(policy.cap_ms, 8 * HOUR_MS);
         assert_eq!(policy.max_age_s, 72 * 3600);
+        assert_eq!(policy.retry_after_max_ms, HOUR_MS);
         assert_eq!(policy.validate(), Ok(()));
     }
 
@@ -260,14 +471,25 @@ mod tests {
             (RetryPolicy { cap_ms: CAP_MS_LIMIT + 1, ..ok }, "retry.cap_ms"),
             (RetryPolicy { max_age_s: 0, ..ok }, "retry.max_age_s"),
             (RetryPolicy { max_age_s: MAX_AGE_S_LIMIT + 1, ..ok }, "retry.max_age_s"),
+            (
+                RetryPolicy { retry_after_max_ms: RETRY_AFTER_MAX_MS_LIMIT + 1, ..ok },
+                "retry.retry_after_max_ms must be between 0 and 604800000 (7 days)",
+            ),
         ];
         for (policy, expected) in cases {
             let error = policy.validate().expect_err("invalid policy");
             assert!(error.starts_with(expected), "{error:?} should start with {expected:?}");
         }
-        let edges = RetryPolicy { attempts_max: 100, base_ms: 1, cap_ms: CAP_MS_LIMIT, max_age_s: MAX_AGE_S_LIMIT };
+        let edges = RetryPolicy {
+            attempts_max: 100,
+            base_ms: 1,
+            cap_ms: CAP_MS_LIMIT,
+            max_age_s: MAX_AGE_S_LIMIT,
+            retry_after_max_ms: RETRY_AFTER_MAX_MS_LIMIT,
+        };
         assert_eq!(edges.validate(), Ok(()));
-        assert_eq!(RetryPolicy { attempts_max: 1, base_ms: 10, cap_ms: 10, max_age_s: 1 }.validate(), Ok(()));
+        let small = RetryPolicy { attempts_max: 1, base_ms: 10, cap_ms: 10, max_age_s: 1, retry_after_max_ms: 0 };
+        assert_eq!(small.validate(), Ok(()));
     }
 
     #[test]
@@ -287,11 +509,12 @@ mod tests {
 
     #[test]
     fn ceiling_saturates_instead_of_overflowing() {
-        let policy = RetryPolicy { attempts_max: 1, base_ms: u64::MAX / 3, cap_ms: u64::MAX, max_age_s: 1 };
+        let policy = RetryPolicy { attempts_max: 1, base_ms: u64::MAX / 3, cap_ms: u64::MAX, ..RetryPolicy::default() };
         assert_eq!(policy.backoff_ceiling_ms(2), (u64::MAX / 3) * 2);
         assert_eq!(policy.backoff_ceiling_ms(3), u64::MAX);
         assert_eq!(policy.backoff_ceiling_ms(65), u64::MAX);
         let _ = policy.backoff_ms(u32::MAX, &mut rng());
+        assert_eq!(policy.throttled_ms(u32::MAX, &mut rng()), u64::MAX);
     }
 
     #[test]
@@ -323,11 +546,11 @@ mod tests {
     fn other_statuses_and_failures_are_retried_within_the_backoff() {
         let policy = RetryPolicy::default();
         let now = 1_000_000;
-        for result in
-            [status(500), status(503), status(429), status(404), status(301), status(100), AttemptResult::Failed]
-        {
+        for result in [status(500), status(503), status(404), status(301), status(100), AttemptResult::Failed] {
             match decide(&policy, &result, 3, now, now, &mut rng()) {
-                Decision::Retry { at_ms } => assert!((now..=now + 20_000).contains(&at_ms), "{result:?}"),
+                Decision::Retry { at_ms, rule: RetryRule::Backoff } => {
+                    assert!((now..=now + 20_000).contains(&at_ms), "{result:?}")
+                }
                 other => panic!("{result:?} gave {other:?}"),
             }
         }
@@ -336,7 +559,7 @@ mod tests {
     #[test]
     fn a_retry_is_never_due_in_the_millisecond_its_attempt_ended() {
         // A ceiling of 1 ms draws a delay of 0 about half the time.
-        let policy = RetryPolicy { attempts_max: 100, base_ms: 1, cap_ms: 1, max_age_s: 60 };
+        let policy = RetryPolicy { attempts_max: 100, base_ms: 1, cap_ms: 1, max_age_s: 60, retry_after_max_ms: 0 };
         let mut draws = rng();
         assert!((0..64).any(|_| policy.backoff_ms(0, &mut draws) == 0), "the test must draw a zero delay");
         let now = 5_000;
@@ -344,7 +567,8 @@ mod tests {
         for result in [status(500), AttemptResult::Status { code: 503, retry_after_ms: Some(0) }, AttemptResult::Failed]
         {
             for _ in 0..64 {
-                assert_eq!(decide(&policy, &result, 1, now, now, &mut jitter), Decision::Retry { at_ms: now + 1 });
+                let decision = decide(&policy, &result, 1, now, now, &mut jitter);
+                assert_eq!(decision.retry_at_ms(), Some(now + 1));
             }
         }
     }
@@ -365,34 +589,263 @@ mod tests {
         // Retry-After pins the delay to exactly 10 s, so the deadline edge is exact.
         let forced = AttemptResult::Status { code: 503, retry_after_ms: Some(10_000) };
         let at_limit = decide(&policy, &forced, 1, start, start + 50_000, &mut rng());
-        assert_eq!(at_limit, Decision::Retry { at_ms: start + 60_000 });
+        assert_eq!(at_limit.retry_at_ms(), Some(start + 60_000));
         match decide(&policy, &forced, 1, start, start + 50_001, &mut rng()) {
             Decision::Dead { reason } => assert!(reason.starts_with("max age exceeded: "), "{reason}"),
             other => panic!("expected dead, got {other:?}"),
         }
     }
 
+    fn retry_after(code: u16, ms: u64) -> AttemptResult {
+        AttemptResult::Status { code, retry_after_ms: Some(ms) }
+    }
+
     #[test]
-    fn retry_after_raises_the_delay() {
+    fn retry_after_is_a_floor_even_past_cap_ms() {
+        let policy = RetryPolicy { cap_ms: 60_000, base_ms: 1_000, ..RetryPolicy::default() };
+        let decision = decide(&policy, &retry_after(503, 600_000), 1, 0, 1_000, &mut rng());
+        assert_eq!(decision, Decision::Retry { at_ms: 601_000, rule: RetryRule::RetryAfter });
+    }
+
+    #[test]
+    fn retry_after_over_its_maximum_waits_the_maximum_and_says_so() {
         let policy = RetryPolicy::default();
-        let result = AttemptResult::Status { code: 429, retry_after_ms: Some(120_000) };
-        let decision = decide(&policy, &result, 1, 0, 1_000, &mut rng());
-        assert_eq!(decision, Decision::Retry { at_ms: 121_000 });
+        let decision = decide(&policy, &retry_after(503, 10 * HOUR_MS), 1, 0, 0, &mut rng());
+        assert_eq!(decision, Decision::Retry { at_ms: HOUR_MS, rule: RetryRule::RetryAfterCapped });
+        // A huge value (an overflowing delta saturates to u64::MAX) is the same.
+        let huge = decide(&policy, &retry_after(429, u64::MAX), 1, 0, 0, &mut rng());
+        assert_eq!(huge, Decision::Retry { at_ms: HOUR_MS, rule: RetryRule::RetryAfterCapped });
     }
 
     #[test]
     fn retry_after_shorter_than_the_backoff_keeps_the_backoff() {
         let policy = RetryPolicy { base_ms: 1_000_000, cap_ms: 1_000_000, ..RetryPolicy::default() };
         let plain = decide(&policy, &status(503), 1, 0, 0, &mut rng());
-        let asked = AttemptResult::Status { code: 503, retry_after_ms: Some(0) };
-        assert_eq!(decide(&policy, &asked, 1, 0, 0, &mut rng()), plain);
+        assert!(matches!(plain, Decision::Retry { rule: RetryRule::Backoff, .. }), "{plain:?}");
+        assert_eq!(decide(&policy, &retry_after(503, 0), 1, 0, 0, &mut rng()), plain);
+        assert_eq!(decide(&policy, &retry_after(503, 1_000), 1, 0, 0, &mut rng()), plain);
     }
 
     #[test]
-    fn retry_after_is_capped_at_cap_ms() {
-        let policy = RetryPolicy { cap_ms: 60_000, base_ms: 1_000, ..RetryPolicy::default() };
-        let result = AttemptResult::Status { code: 503, retry_after_ms: Some(10 * HOUR_MS) };
-        assert_eq!(decide(&policy, &result, 1, 0, 0, &mut rng()), Decision::Retry { at_ms: 60_000 });
+    fn retry_after_zero_on_a_429_is_the_plain_backoff_not_the_throttled_one() {
+        let policy = RetryPolicy::default();
+        let plain = decide(&policy, &status(503), 1, 0, 0, &mut rng());
+        assert_eq!(decide(&policy, &retry_after(429, 0), 1, 0, 0, &mut rng()), plain);
+    }
+
+    #[test]
+    fn a_429_with_retry_after_waits_what_it_asked() {
+        let policy = RetryPolicy::default();
+        let decision = decide(&policy, &retry_after(429, 120_000), 1, 0, 1_000, &mut rng());
+        assert_eq!(decision, Decision::Retry { at_ms: 121_000, rule: RetryRule::RetryAfter });
+    }
+
+    #[test]
+    fn a_429_without_retry_after_is_throttled_from_the_backoff_ceiling_up() {
+        let policy = RetryPolicy::default();
+        let mut rng = rng();
+        for _ in 0..200 {
+            match decide(&policy, &status(429), 1, 0, 0, &mut rng) {
+                Decision::Retry { at_ms, rule: RetryRule::Throttled } => {
+                    assert!((5_000..=10_000).contains(&at_ms), "{at_ms}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn throttled_waits_lie_above_every_5xx_wait_of_the_same_attempt() {
+        // The definition: on attempt n, every throttled wait is at least the
+        // backoff ceiling c(n), which bounds every 5xx wait; its mean is
+        // strictly higher (below the cap by half a range or more, at the cap
+        // it is the cap itself against a 5xx mean of about half of it).
+        let policy = RetryPolicy::default();
+        for attempts_made in 1..=policy.attempts_max {
+            let ceiling = policy.backoff_ceiling_ms(attempts_made);
+            let (mut throttled, mut server) = (StdRng::seed_from_u64(41), StdRng::seed_from_u64(41));
+            let mut throttled_sum = 0u128;
+            let mut server_sum = 0u128;
+            for _ in 0..256 {
+                let (t, t_rule) = choose_wait(&policy, Some(429), None, attempts_made, &mut throttled);
+                let (s, s_rule) = choose_wait(&policy, Some(503), None, attempts_made, &mut server);
+                assert_eq!((t_rule, s_rule), (RetryRule::Throttled, RetryRule::Backoff));
+                assert!(s <= ceiling && ceiling <= t, "attempt {attempts_made}: 5xx {s}, ceiling {ceiling}, 429 {t}");
+                assert!(t <= policy.cap_ms);
+                throttled_sum += u128::from(t);
+                server_sum += u128::from(s);
+            }
+            assert!(throttled_sum > server_sum, "attempt {attempts_made}");
+            if ceiling < policy.cap_ms {
+                assert!(throttled_sum >= server_sum * 2, "attempt {attempts_made}: not harder enough");
+            }
+        }
+    }
+
+    #[test]
+    fn a_failure_to_get_an_answer_is_the_plain_backoff() {
+        let policy = RetryPolicy::default();
+        let failed = decide(&policy, &AttemptResult::Failed, 2, 0, 0, &mut rng());
+        let server = decide(&policy, &status(500), 2, 0, 0, &mut rng());
+        assert_eq!(failed, server);
+        assert!(matches!(failed, Decision::Retry { rule: RetryRule::Backoff, .. }));
+    }
+
+    #[test]
+    fn retry_after_max_ms_of_zero_ignores_the_header() {
+        let policy = RetryPolicy { retry_after_max_ms: 0, ..RetryPolicy::default() };
+        let plain = decide(&policy, &status(503), 1, 0, 0, &mut rng());
+        assert_eq!(decide(&policy, &retry_after(503, 10 * HOUR_MS), 1, 0, 0, &mut rng()), plain);
+    }
+
+    #[test]
+    fn retry_after_past_the_max_age_dead_letters_and_says_the_receiver_asked() {
+        let policy = RetryPolicy { max_age_s: 600, ..RetryPolicy::default() };
+        match decide(&policy, &retry_after(503, 1_200_000), 1, 0, 1_000, &mut rng()) {
+            Decision::Dead { reason } => assert_eq!(
+                reason,
+                "max age exceeded: the receiver asked to wait 1200 s (Retry-After), so the next attempt \
+                 would start 1201 s into the cycle, the limit is 600 s"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let capped = RetryPolicy { max_age_s: 1_800, ..RetryPolicy::default() };
+        match decide(&capped, &retry_after(429, 2 * HOUR_MS), 1, 0, 0, &mut rng()) {
+            Decision::Dead { reason } => assert_eq!(
+                reason,
+                "max age exceeded: the receiver asked to wait 7200 s (Retry-After, honoured up to 3600 s), \
+                 so the next attempt would start 3600 s into the cycle, the limit is 1800 s"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Inside the age bound the same answer is a retry at the floor.
+        let roomy = RetryPolicy { max_age_s: 1_201, ..RetryPolicy::default() };
+        let decision = decide(&roomy, &retry_after(503, 1_200_000), 1, 0, 1_000, &mut rng());
+        assert_eq!(decision, Decision::Retry { at_ms: 1_201_000, rule: RetryRule::RetryAfter });
+    }
+
+    #[test]
+    fn an_http_date_retry_after_is_a_floor_too() {
+        let date_ms = 1_445_412_480_000; // Wed, 21 Oct 2015 07:28:00 GMT
+        let policy = RetryPolicy::default();
+        let asked = |now_ms| AttemptResult::Status {
+            code: 503,
+            retry_after_ms: parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now_ms),
+        };
+        let now = date_ms - 30 * 60_000;
+        let decision = decide(&policy, &asked(now), 1, now, now, &mut rng());
+        assert_eq!(decision, Decision::Retry { at_ms: date_ms, rule: RetryRule::RetryAfter });
+        let early = date_ms - 2 * HOUR_MS;
+        let decision = decide(&policy, &asked(early), 1, early, early, &mut rng());
+        assert_eq!(decision, Decision::Retry { at_ms: early + HOUR_MS, rule: RetryRule::RetryAfterCapped });
+        // A date already past asks for no wait: the backoff decides.
+        let late = date_ms + 60_000;
+        let decision = decide(&policy, &asked(late), 1, late, late, &mut rng());
+        assert_eq!(decision, decide(&policy, &status(503), 1, late, late, &mut rng()));
+    }
+
+    #[test]
+    fn rules_have_their_api_names() {
+        let names = [RetryRule::Backoff, RetryRule::RetryAfter, RetryRule::RetryAfterCapped, RetryRule::Throttled]
+            .map(RetryRule::as_str);
+        assert_eq!(names, ["backoff", "retry_after", "retry_after_capped", "throttled"]);
+    }
+
+    /// The layout of a policy before `retry_after_max_ms` existed.
+    #[derive(Serialize)]
+    struct PolicyAsFirstStored {
+        attempts_max: u32,
+        base_ms: u64,
+        cap_ms: u64,
+        max_age_s: u64,
+    }
+
+    fn bincode_of<T: Serialize>(value: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(value, bincode::config::standard()).expect("encodes")
+    }
+
+    fn from_bincode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+        match bincode::serde::decode_from_slice(bytes, bincode::config::standard()) {
+            Ok((value, read)) if read == bytes.len() => Ok(value),
+            Ok((_, read)) => Err(format!("{} trailing bytes", bytes.len() - read)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_policy_stored_in_the_first_layout_decodes_with_the_default_maximum() {
+        let old = PolicyAsFirstStored { attempts_max: 7, base_ms: 2_000, cap_ms: 90_000, max_age_s: 3_600 };
+        // Fields after the policy must still line up.
+        let bytes = bincode_of(&(old, String::from("after"), 9u64));
+        assert_eq!(&bytes[..4], &[7, 251, 0xd0, 0x07], "the first layout starts with attempts_max");
+        let (policy, after, nine): (RetryPolicy, String, u64) = from_bincode(&bytes).expect("decodes");
+        let expected = RetryPolicy {
+            attempts_max: 7,
+            base_ms: 2_000,
+            cap_ms: 90_000,
+            max_age_s: 3_600,
+            retry_after_max_ms: RETRY_AFTER_MAX_MS_DEFAULT,
+        };
+        assert_eq!((policy, after.as_str(), nine), (expected, "after", 9));
+    }
+
+    #[test]
+    fn an_endpoint_stored_with_the_first_policy_layout_still_decodes() {
+        use crate::ids::EndpointId;
+        use crate::model::Endpoint;
+        use crate::signing::Secret;
+        let secret = Secret::from_key(vec![3; 32]).expect("key");
+        let id = EndpointId::generate(1_000, &mut rng());
+        let policy = RetryPolicy { attempts_max: 9, ..RetryPolicy::default() };
+        let endpoint = Endpoint { retry: policy, ..Endpoint::new(id, "https://example.com/h".into(), secret, 1_000) };
+        let bytes = bincode_of(&endpoint);
+        let new_layout = bincode_of(&policy);
+        let old_layout = bincode_of(&PolicyAsFirstStored {
+            attempts_max: policy.attempts_max,
+            base_ms: policy.base_ms,
+            cap_ms: policy.cap_ms,
+            max_age_s: policy.max_age_s,
+        });
+        let at = bytes.windows(new_layout.len()).position(|w| w == new_layout).expect("the policy is in the endpoint");
+        let mut stored = bytes[..at].to_vec();
+        stored.extend_from_slice(&old_layout);
+        stored.extend_from_slice(&bytes[at + new_layout.len()..]);
+        let decoded: Endpoint = from_bincode(&stored).expect("decodes");
+        assert_eq!(decoded, endpoint);
+    }
+
+    #[test]
+    fn a_policy_round_trips_in_the_tagged_layout_and_an_unknown_layout_is_refused() {
+        let policy = RetryPolicy { retry_after_max_ms: 42, ..RetryPolicy::default() };
+        let bytes = bincode_of(&policy);
+        assert_eq!(from_bincode::<RetryPolicy>(&bytes), Ok(policy));
+        let json = serde_json::to_string(&policy).expect("encodes");
+        assert_eq!(serde_json::from_str::<RetryPolicy>(&json).expect("decodes"), policy);
+        let future = bincode_of(&(encoding::TAG, 3u32, 1u32, 1u64, 1u64, 1u64, 1u64));
+        let error = from_bincode::<RetryPolicy>(&future).expect_err("refused");
+        assert!(error.contains("retry policy layout 3"), "{error}");
+        assert!(from_bincode::<RetryPolicy>(&bytes[..bytes.len() - 1]).is_err(), "truncated");
+    }
+
+    /// How earlier versions encoded a decision: `Retry` had no rule.
+    #[derive(Serialize)]
+    enum DecisionAsFirstLogged {
+        #[allow(dead_code)]
+        Delivered,
+        Retry {
+            at_ms: u64,
+        },
+    }
+
+    #[test]
+    fn a_retry_logged_without_its_rule_decodes_as_a_legacy_retry() {
+        let bytes = bincode_of(&DecisionAsFirstLogged::Retry { at_ms: 9_000 });
+        assert_eq!(from_bincode::<Decision>(&bytes), Ok(Decision::LegacyRetry { at_ms: 9_000 }));
+        let decision = Decision::Retry { at_ms: 9_000, rule: RetryRule::Throttled };
+        assert_eq!(from_bincode::<Decision>(&bincode_of(&decision)), Ok(decision.clone()));
+        assert_eq!(decision.retry_at_ms(), Some(9_000));
+        assert_eq!(Decision::LegacyRetry { at_ms: 8 }.retry_at_ms(), Some(8));
+        assert_eq!(Decision::Gone.retry_at_ms(), None);
     }
 
     #[test]
@@ -446,6 +899,21 @@ mod tests {
         }
     }
 
+    /// The inverse of `days_from_civil` (Hinnant's `civil_from_days`), to
+    /// render dates in tests.
+    fn civil_from_days(days: i64) -> (i64, u32, u32) {
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let day_of_era = z.rem_euclid(146_097);
+        let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+        let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+        let mp = (5 * day_of_year + 2) / 153;
+        let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+        let month = (if mp < 10 { mp + 3 } else { mp - 9 }) as u32;
+        let year = year_of_era + era * 400 + i64::from(month <= 2);
+        (year, month, day)
+    }
+
     #[test]
     fn days_from_civil_matches_known_dates() {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
@@ -484,11 +952,25 @@ mod tests {
             let result = AttemptResult::Status { code, retry_after_ms };
             let decision = decide(&policy, &result, attempts_made, started, now, &mut StdRng::seed_from_u64(seed));
             match decision {
-                Decision::Retry { at_ms } => {
-                    prop_assert!(at_ms >= now && at_ms <= now + policy.cap_ms);
+                Decision::Retry { at_ms, rule } => {
+                    prop_assert!(at_ms > now && at_ms <= now + policy.cap_ms.max(policy.retry_after_max_ms));
                     prop_assert!(at_ms <= started + policy.max_age_s * 1000);
                     prop_assert!(attempts_made < policy.attempts_max);
+                    // Retry-After is a floor, up to its maximum.
+                    if let Some(asked) = retry_after_ms {
+                        prop_assert!(at_ms >= now + asked.min(policy.retry_after_max_ms));
+                    }
+                    let expected_rules: &[RetryRule] = match retry_after_ms {
+                        None if code == 429 => &[RetryRule::Throttled],
+                        None => &[RetryRule::Backoff],
+                        Some(asked) if asked > policy.retry_after_max_ms => {
+                            &[RetryRule::RetryAfterCapped, RetryRule::Backoff]
+                        }
+                        Some(_) => &[RetryRule::RetryAfter, RetryRule::Backoff],
+                    };
+                    prop_assert!(expected_rules.contains(&rule), "{rule:?}");
                 }
+                Decision::LegacyRetry { .. } => prop_assert!(false, "decide wrote a legacy retry"),
                 Decision::Dead { .. } => {}
                 Decision::Gone => prop_assert_eq!(code, 410),
                 Decision::Delivered => prop_assert!(false, "non-2xx delivered"),
@@ -498,6 +980,38 @@ mod tests {
         #[test]
         fn delta_seconds_round_trip(seconds in 0u64..=u64::MAX / 1000) {
             prop_assert_eq!(parse_retry_after(&seconds.to_string(), 0), Some(seconds * 1000));
+        }
+
+        #[test]
+        fn any_retry_after_text_is_a_delay_only_in_one_of_the_two_forms(
+            text in "\\PC{0,40}|[0-9 ]{0,30}|[A-Za-z]{3}, [0-9]{2} [A-Za-z]{3} [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            now_ms in any::<u64>(),
+        ) {
+            if let Some(delay_ms) = parse_retry_after(&text, now_ms) {
+                let value = text.trim();
+                let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+                prop_assert!(digits || parse_imf_fixdate_ms(value).is_some(), "{text:?} gave {delay_ms}");
+                if let Some(date_ms) = parse_imf_fixdate_ms(value) {
+                    prop_assert_eq!(delay_ms, date_ms.saturating_sub(now_ms));
+                }
+            }
+        }
+
+        #[test]
+        fn any_imf_fixdate_of_a_real_time_parses_back_to_it(seconds in 0u64..253_402_300_800) {
+            // Renders 0001..=9999 dates by the same civil calendar, then parses.
+            let days = (seconds / 86_400) as i64;
+            let (year, month, day) = civil_from_days(days);
+            let weekday = DAY_NAMES[((days + 3).rem_euclid(7)) as usize];
+            let clock = seconds % 86_400;
+            let text = format!(
+                "{weekday} {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
+                MONTH_NAMES[month as usize - 1],
+                clock / 3600,
+                clock / 60 % 60,
+                clock % 60
+            );
+            prop_assert_eq!(parse_retry_after(&text, 0), Some(seconds * 1000), "{}", text);
         }
     }
 }

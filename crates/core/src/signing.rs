@@ -397,6 +397,53 @@ mod tests {
         }
 
         #[test]
+        fn hostile_headers_never_verify_and_never_panic(
+            key in proptest::collection::vec(any::<u8>(), SECRET_BYTES_MIN..=SECRET_BYTES_MAX),
+            msg_id in "\\PC{0,40}",
+            timestamp in "\\PC{0,24}|[0-9 ]{0,24}",
+            signature in "\\PC{0,200}|(v1,[A-Za-z0-9+/=]{0,60} ?){0,20}",
+            body in proptest::collection::vec(any::<u8>(), 0..128),
+            now_s in any::<u64>(),
+        ) {
+            let secret = Secret::from_key(key).expect("length in range");
+            let result = verify(&[&secret], &msg_id, &timestamp, &signature, &body, now_s);
+            // A forged header matches only by forging HMAC-SHA256.
+            prop_assert!(result.is_err(), "{:?}", result);
+            let digits = timestamp.trim();
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                prop_assert_eq!(result, Err(VerifyError::BadTimestamp));
+            }
+        }
+
+        #[test]
+        fn a_true_signature_among_hostile_entries_verifies_only_within_the_checked_count(
+            key in proptest::collection::vec(any::<u8>(), SECRET_BYTES_MIN..=SECRET_BYTES_MAX),
+            junk in proptest::collection::vec("\\PC{0,20}|v1,[A-Za-z0-9+/=]{0,44}", 0..24),
+            at in any::<prop::sample::Index>(),
+        ) {
+            let secret = Secret::from_key(key).expect("length in range");
+            let mut entries: Vec<String> = junk.into_iter().map(|j| j.replace(' ', "")).collect();
+            let position = at.index(entries.len() + 1);
+            entries.insert(position, sign(&secret, "msg", 1_000, b"{}"));
+            let header = entries.join(" ");
+            let checked_before = entries[..position].iter().filter(|e| e.starts_with("v1,")).count();
+            let result = verify(&[&secret], "msg", "1000", &header, b"{}", 1_000);
+            if checked_before < SIGNATURE_ENTRIES_CHECKED_MAX {
+                prop_assert_eq!(result, Ok(()));
+            } else {
+                prop_assert_eq!(result, Err(VerifyError::NoMatchingSignature));
+            }
+        }
+
+        #[test]
+        fn any_secret_text_parses_to_a_key_in_range_or_is_refused(text in "\\PC{0,100}|whsec_[A-Za-z0-9+/=]{0,120}") {
+            if let Ok(secret) = Secret::parse(&text) {
+                prop_assert!((SECRET_BYTES_MIN..=SECRET_BYTES_MAX).contains(&secret.key.len()));
+                prop_assert_eq!(secret.to_whsec(), text);
+            }
+        }
+
+        #[test]
         fn secret_text_round_trips(
             key in proptest::collection::vec(any::<u8>(), SECRET_BYTES_MIN..=SECRET_BYTES_MAX),
         ) {

@@ -374,7 +374,7 @@ impl EndpointState {
         let metrics = &self.ctx.metrics;
         match &decision {
             Decision::Delivered => DeliveryMetrics::inc(&metrics.delivered_total),
-            Decision::Retry { .. } => DeliveryMetrics::inc(&metrics.retried_total),
+            Decision::Retry { .. } | Decision::LegacyRetry { .. } => DeliveryMetrics::inc(&metrics.retried_total),
             Decision::Dead { .. } => DeliveryMetrics::inc(&metrics.dead_total),
             Decision::Gone => DeliveryMetrics::inc(&metrics.gone_total),
         }
@@ -404,7 +404,7 @@ impl EndpointState {
             Decision::Delivered | Decision::Dead { .. } | Decision::Gone if superseded => {
                 self.queue.push(QueuedDelivery { due_ms: now_ms, ..queued });
             }
-            Decision::Retry { at_ms } => self.queue.push(QueuedDelivery {
+            Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } => self.queue.push(QueuedDelivery {
                 due_ms: at_ms,
                 attempt_count: queued.attempt_count + 1,
                 cycle_attempts: queued.cycle_attempts + 1,

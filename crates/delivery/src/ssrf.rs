@@ -368,4 +368,108 @@ mod tests {
         }
         assert!(validate_target_url("http://notlocalhost.com/", false).is_ok());
     }
+
+    mod hostile {
+        use proptest::prelude::*;
+        use reqwest::Url;
+        use url_host::host_of;
+
+        use super::*;
+
+        /// The destination as the URL parser typed it, independent of the
+        /// text checks under test.
+        mod url_host {
+            use std::net::IpAddr;
+
+            pub enum Dest {
+                Ip(IpAddr),
+                Name(String),
+            }
+
+            pub fn host_of(url: &super::Url) -> Option<Dest> {
+                match url.host()? {
+                    url::Host::Ipv4(ip) => Some(Dest::Ip(ip.into())),
+                    url::Host::Ipv6(ip) => Some(Dest::Ip(ip.into())),
+                    url::Host::Domain(name) => Some(Dest::Name(name.to_string())),
+                }
+            }
+        }
+
+        /// URL-shaped text: odd schemes, credentials, hosts written every
+        /// way an address can be (dotted, decimal, hex, bracketed IPv6,
+        /// IPv4-mapped), names near `localhost`, ports and paths.
+        fn url_text() -> impl Strategy<Value = String> {
+            let scheme = prop::sample::select(vec!["http", "https", "HTTP", "ftp", "file", "javascript", ""]);
+            let userinfo = prop::sample::select(vec!["", "user@", "user:pw@", ":@", "@"]);
+            let host = prop_oneof![
+                (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+                    .prop_map(|(a, b, c, d)| format!("{a}.{b}.{c}.{d}")),
+                any::<u32>().prop_map(|n| n.to_string()),
+                any::<u32>().prop_map(|n| format!("0x{n:x}")),
+                any::<[u16; 8]>().prop_map(|s| format!("[{}]", s.map(|x| format!("{x:x}")).join(":"))),
+                any::<[u8; 4]>().prop_map(|[a, b, c, d]| format!("[::ffff:{a}.{b}.{c}.{d}]")),
+                prop::sample::select(vec![
+                    "localhost",
+                    "LOCALHOST.",
+                    "a.localhost",
+                    "localhost.com",
+                    "example.com",
+                    "0",
+                    "127.1",
+                    "0177.0.0.1",
+                    "[::]",
+                    "[::1]",
+                    "",
+                ])
+                .prop_map(String::from),
+                "[a-z0-9.%-]{0,20}",
+            ];
+            let port = prop_oneof![Just(String::new()), (0u32..100_000).prop_map(|p| format!(":{p}"))];
+            let path = "(/[ -~]{0,20})?";
+            (scheme, userinfo, host, port, path)
+                .prop_map(|(scheme, userinfo, host, port, path)| format!("{scheme}://{userinfo}{host}{port}{path}"))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn an_accepted_target_is_http_without_credentials_and_never_private(
+                text in prop_oneof![url_text(), "\\PC{0,80}"],
+            ) {
+                let strict = validate_target_url(&text, false);
+                let lenient = validate_target_url(&text, true);
+                if strict.is_ok() {
+                    prop_assert!(lenient.is_ok(), "allowing private targets refuses nothing more: {text:?}");
+                }
+                if let Ok(url) = &lenient {
+                    prop_assert!(text.len() <= URL_LENGTH_MAX);
+                    prop_assert!(matches!(url.scheme(), "http" | "https"), "{url}");
+                    prop_assert!(url.username().is_empty() && url.password().is_none(), "{url}");
+                    prop_assert!(url.host_str().is_some_and(|h| !h.is_empty()), "{url}");
+                }
+                match (&strict, lenient.as_ref().ok().and_then(host_of)) {
+                    (Ok(_), Some(url_host::Dest::Ip(ip))) => prop_assert!(!is_forbidden_ip(ip), "{text:?} -> {ip}"),
+                    (Ok(_), Some(url_host::Dest::Name(name))) => {
+                        let name = name.trim_end_matches('.').to_ascii_lowercase();
+                        prop_assert!(name != "localhost" && !name.ends_with(".localhost"), "{text:?}");
+                    }
+                    (Err(error), Some(_)) => prop_assert!(error.is_forbidden_destination(), "{text:?}: {error}"),
+                    _ => {}
+                }
+                if let Err(error) = &strict {
+                    prop_assert!(!error.to_string().is_empty());
+                }
+            }
+
+            #[test]
+            fn an_over_long_url_is_refused_by_its_length(extra in 1usize..64) {
+                let text = format!("https://example.com/{}", "a".repeat(URL_LENGTH_MAX - 20 + extra));
+                prop_assert_eq!(
+                    validate_target_url(&text, true),
+                    Err(TargetError::TooLong { length: URL_LENGTH_MAX + extra })
+                );
+            }
+        }
+    }
 }

@@ -309,4 +309,48 @@ mod tests {
         config.node_id = 1;
         assert!(config.initialises());
     }
+
+    mod hostile {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn any_retention_text_parses_or_says_what_to_write(text in "\\PC{0,24}|[0-9]{0,24}[smhdSMHD ]{0,2}") {
+                match parse_retention(&text) {
+                    Ok(Some(ms)) => {
+                        prop_assert!(ms > 0);
+                        let trimmed = text.trim();
+                        let unit = trimmed.chars().last().expect("a unit");
+                        prop_assert!("smhd".contains(unit), "{text:?}");
+                        prop_assert!(trimmed[..trimmed.len() - 1].bytes().all(|b| b.is_ascii_digit()), "{text:?}");
+                    }
+                    Ok(None) => prop_assert!(text.trim().eq_ignore_ascii_case("off")),
+                    Err(message) => prop_assert!(
+                        message.contains("write a whole number and a unit") || message.contains("write `off`"),
+                        "{message}"
+                    ),
+                }
+            }
+
+            #[test]
+            fn any_peer_list_parses_to_positive_ids_or_says_which_part_is_wrong(
+                text in "\\PC{0,40}|([0-9]{1,3}=[a-z:0-9]{0,8},?){0,5}",
+            ) {
+                match parse_peers(&text) {
+                    Ok(peers) => {
+                        for (id, addr) in &peers {
+                            prop_assert!(*id > 0);
+                            prop_assert!(addr.contains(':'), "{addr:?}");
+                            prop_assert!(text.contains(addr.as_str()));
+                        }
+                    }
+                    Err(message) => prop_assert!(!message.is_empty()),
+                }
+            }
+        }
+    }
 }

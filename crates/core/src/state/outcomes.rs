@@ -127,10 +127,19 @@ fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> App
             delivery.push_timeline(TimelineEntry::Delivered { at_ms: now_ms });
             still_active = false;
         }
-        Decision::Retry { at_ms } => {
+        Decision::Retry { at_ms, rule } => {
             delivery.state = DeliveryState::Retrying;
             delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
-            delivery.push_timeline(TimelineEntry::RetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
+            delivery.push_timeline(TimelineEntry::RetryScheduled {
+                at_ms: now_ms,
+                next_attempt_at_ms: *at_ms,
+                rule: *rule,
+            });
+        }
+        Decision::LegacyRetry { at_ms } => {
+            delivery.state = DeliveryState::Retrying;
+            delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
+            delivery.push_timeline(TimelineEntry::LegacyRetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
         }
         Decision::Dead { reason } => {
             delivery.state = DeliveryState::Dead;

@@ -26,7 +26,7 @@ fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery()
     let (mut state, _, id) = one_pending(11);
     let pending = state.deliveries[&id].as_ref().clone();
     assert!(pending.history.is_empty(), "a pending delivery stores no timeline");
-    let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
+    let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
     let retrying = state.deliveries[&id].as_ref().clone();
     for d in [pending, retrying] {

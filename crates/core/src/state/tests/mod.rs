@@ -17,7 +17,7 @@ mod usage;
 use super::*;
 use crate::command::{EndpointPatch, IngestResult, NewEvent, Outcome, ReplayTarget};
 use crate::model::{AttemptRecord, DeliveryState, TimelineEntry};
-use crate::retry::Decision;
+use crate::retry::{Decision, RetryRule};
 use crate::signing::Secret;
 use rand::SeedableRng;
 use rand::rngs::StdRng;

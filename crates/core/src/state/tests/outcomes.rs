@@ -8,7 +8,7 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
     let (mut state, a, id) = one_pending(5);
     let endpoint_id = a.id;
     for _ in 0..2 {
-        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
+        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
         assert_eq!(state.deliveries[&id].state, DeliveryState::Retrying);
         assert_eq!(state.deliveries[&id].next_attempt_at_ms.get(), Some(9_000));
@@ -22,6 +22,63 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
     assert_eq!(kinds.len(), 1 + 2 * 2 + 2);
     assert!(!state.active.contains_key(&endpoint_id));
     state.check_invariants().unwrap();
+}
+
+#[test]
+fn a_retry_records_the_rule_that_chose_its_wait_and_an_old_log_retry_records_none() {
+    let (mut state, _, id) = one_pending(15);
+    let o = outcome(&state, &id, Some(429), Decision::Retry { at_ms: 9_000, rule: RetryRule::Throttled });
+    state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
+    let o = outcome(&state, &id, Some(503), Decision::LegacyRetry { at_ms: 12_000 });
+    state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 10_000, outcomes: vec![o] });
+    let d = &state.deliveries[&id];
+    assert_eq!((d.state, d.next_attempt_at_ms.get()), (DeliveryState::Retrying, Some(12_000)));
+    let retries: Vec<_> = d
+        .timeline()
+        .into_iter()
+        .filter(|e| matches!(e, TimelineEntry::RetryScheduled { .. } | TimelineEntry::LegacyRetryScheduled { .. }))
+        .collect();
+    assert_eq!(
+        retries,
+        [
+            TimelineEntry::RetryScheduled { at_ms: 6, next_attempt_at_ms: 9_000, rule: RetryRule::Throttled },
+            TimelineEntry::LegacyRetryScheduled { at_ms: 10_000, next_attempt_at_ms: 12_000 },
+        ]
+    );
+    // Both encode by position and come back as they were.
+    let back = decoded(&state);
+    assert_eq!(back.deliveries[&id], state.deliveries[&id]);
+    state.check_invariants().unwrap();
+}
+
+/// How earlier versions encoded a timeline entry: the retry without a rule
+/// was the third variant.
+#[derive(serde::Serialize)]
+enum TimelineAsFirstStored {
+    #[allow(dead_code)]
+    Received {
+        at_ms: u64,
+    },
+    #[allow(dead_code)]
+    Attempt {
+        at_ms: u64,
+    },
+    RetryScheduled {
+        at_ms: u64,
+        next_attempt_at_ms: u64,
+    },
+}
+
+#[test]
+fn a_retry_entry_stored_before_rules_decodes_as_a_legacy_entry() {
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(
+        TimelineAsFirstStored::RetryScheduled { at_ms: 4, next_attempt_at_ms: 9 },
+        config,
+    )
+    .expect("encodes");
+    let (entry, _): (TimelineEntry, usize) = bincode::serde::decode_from_slice(&bytes, config).expect("decodes");
+    assert_eq!(entry, TimelineEntry::LegacyRetryScheduled { at_ms: 4, next_attempt_at_ms: 9 });
 }
 
 #[test]
@@ -70,7 +127,7 @@ fn gone_disables_the_endpoint_and_dead_letters_its_queue() {
 fn timeline_stays_bounded_and_keeps_received_first() {
     let (mut state, _, id) = one_pending(9);
     for i in 0..2_000 {
-        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i });
+        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i, rule: RetryRule::Backoff });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: i, outcomes: vec![o] });
     }
     let timeline = state.deliveries[&id].timeline();
@@ -84,7 +141,11 @@ fn timeline_stays_bounded_and_keeps_received_first() {
 fn an_outcome_batch_committed_twice_counts_each_attempt_once() {
     // The batcher proposes a batch again when it cannot tell whether it
     // committed; if it had, each outcome comes a second time.
-    for decision in [Decision::Retry { at_ms: 9_000 }, Decision::Delivered, Decision::Dead { reason: "no".into() }] {
+    for decision in [
+        Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff },
+        Decision::Delivered,
+        Decision::Dead { reason: "no".into() },
+    ] {
         let (mut state, _, id) = one_pending(21);
         let status = if decision == Decision::Delivered { 200 } else { 500 };
         let batch = vec![outcome(&state, &id, Some(status), decision.clone())];
@@ -102,7 +163,7 @@ fn an_outcome_batch_committed_twice_counts_each_attempt_once() {
 fn a_second_attempt_with_the_same_result_is_counted() {
     let (mut state, _, id) = one_pending(22);
     for expected in 1..=3 {
-        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000 });
+        let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
         assert_eq!(state.deliveries[&id].attempt_count, expected);
         assert_eq!(state.deliveries[&id].cycle_attempts, expected);

@@ -180,7 +180,7 @@ mod dead_index {
                 let id = pick(rng, &deliveries).unwrap();
                 let decision = match rng.random_range(0..5) {
                     0 => Decision::Delivered,
-                    1 => Decision::Retry { at_ms: now_ms + 10 },
+                    1 => Decision::Retry { at_ms: now_ms + 10, rule: RetryRule::Backoff },
                     4 => Decision::Gone,
                     _ => Decision::Dead { reason: "x".into() },
                 };

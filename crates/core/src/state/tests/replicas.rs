@@ -21,7 +21,7 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
             let id = &delivery_ids[rng.random_range(0..delivery_ids.len())];
             let decision = match rng.random_range(0..4) {
                 0 => Decision::Delivered,
-                1 => Decision::Retry { at_ms: now_ms + 10 },
+                1 => Decision::Retry { at_ms: now_ms + 10, rule: RetryRule::Backoff },
                 2 => Decision::Dead { reason: "x".into() },
                 _ => Decision::Gone,
             };

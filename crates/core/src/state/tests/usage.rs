@@ -85,7 +85,7 @@ fn outcomes_end_pending_deliveries_and_grow_the_timelines() {
 
     // A retry keeps it pending, and its timeline (and the estimate) grows
     // by exactly what the delivery's footprint grew.
-    report(&mut state, &ids[0], Some(503), Decision::Retry { at_ms: 20_000 });
+    report(&mut state, &ids[0], Some(503), Decision::Retry { at_ms: 20_000, rule: RetryRule::Backoff });
     assert_eq!(state.usage().pending, 4);
     assert!(footprint(&state, &ids[0]) > before);
     assert_eq!(state.usage().bytes, start.bytes + footprint(&state, &ids[0]) - before);
@@ -142,7 +142,7 @@ fn a_decoded_state_counts_again_what_the_original_kept() {
     let mut rng = StdRng::seed_from_u64(75);
     let mut state = state_with(&[endpoint(&mut rng, None)]);
     let ids = ingest(&mut state, &mut rng, 20, 5_000);
-    report(&mut state, &ids[3], Some(503), Decision::Retry { at_ms: 20_000 });
+    report(&mut state, &ids[3], Some(503), Decision::Retry { at_ms: 20_000, rule: RetryRule::Backoff });
     report(&mut state, &ids[4], Some(200), Decision::Delivered);
 
     let bytes = bincode::serde::encode_to_vec(&state, bincode::config::standard()).unwrap();
