@@ -47,6 +47,11 @@ pub struct Lease {
     pub renewals_total: AtomicU64,
     /// Times the lease lapsed while it had been valid.
     pub expiries_total: AtomicU64,
+    /// Woken by each committed heartbeat, so the leader duties run at
+    /// once when this node's liveness is new (its first heartbeat) rather
+    /// than up to [`LEADER_DUTY_MS`] later: a fresh node owns its shards
+    /// before its first events arrive.
+    renewed: tokio::sync::Notify,
 }
 
 impl Lease {
@@ -212,6 +217,7 @@ impl LeaseLoop {
                 biased;
                 _ = stop.wait_for(|stopped| *stopped) => return,
                 () = tokio::time::sleep(Duration::from_millis(pause_ms)) => {}
+                () = self.lease.renewed.notified() => {}
             }
         }
     }
@@ -229,6 +235,7 @@ impl LeaseLoop {
             Ok(_) => {
                 self.lease.extend_to(proposed_at_ms + self.lease_ms);
                 self.lease.renewals_total.fetch_add(1, Ordering::Relaxed);
+                self.lease.renewed.notify_one();
             }
             Err(error) => tracing::debug!(%error, "heartbeat not committed"),
         }

@@ -123,14 +123,17 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
     let bytes = read_body(request, &(), true).await?;
     let body: PostEvent<'_> = parse_json(&bytes)?;
     let event = new_event(ctx, body.r#type, body.payload, body.endpoint_ids, key)?;
-    // Its own statement: the read guard must be gone before `answer` reads
-    // again (a guard in an `if let` condition lives through the whole block).
-    let existing =
-        event.idempotency_key.as_ref().and_then(|key| ctx.state.read().idempotency.get(key.as_str()).copied());
+    // One look at the state for both the key and the budget; its own
+    // statement, so the read guard is gone before `answer` reads again.
+    let (existing, used, incoming) = {
+        let state = ctx.state.read();
+        let existing = event.idempotency_key.as_ref().and_then(|key| state.idempotency.get(key.as_str()).copied());
+        (existing, state.usage(), incoming(&state, std::slice::from_ref(&event)))
+    };
     if let Some(existing) = existing {
         return answer(ctx, &existing, true);
     }
-    let _room = admit(ctx, std::slice::from_ref(&event))?;
+    let _room = ctx.admission.admit(used, incoming).map_err(|refusal| Problem::over_budget(&refusal))?;
     #[cfg(feature = "break")]
     if hookraft_core::breaks::ack_before_commit() {
         // Deliberately wrong (simulator's `--break ack-before-commit`).
