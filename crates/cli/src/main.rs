@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a hookraft node.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run a demo receiver that verifies and prints webhooks.
     Receiver(receiver::ReceiverArgs),
     /// Administer a cluster.
@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
             let runtimes = args.delivery_threads().map(runtimes::NodeRuntimes::start).transpose()?;
             let handles = runtimes.as_ref().map(runtimes::NodeRuntimes::handles).unwrap_or_default();
             // `runtimes` is dropped after the node stopped, outside any async context.
-            runtime.block_on(serve::run(args, handles))
+            runtime.block_on(serve::run(*args, handles))
         }
         Command::Receiver(args) => runtime.block_on(receiver::run(args)),
         Command::Cluster(args) => runtime.block_on(admin::run(args)),
