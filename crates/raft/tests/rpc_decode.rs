@@ -150,17 +150,41 @@ fn every_valid_body_decodes_as_what_it_is() {
 }
 
 #[test]
+fn a_catch_up_append_of_thousands_of_entries_decodes() {
+    // What a leader sends a follower that restarted behind: many entries in
+    // one body that is small on the wire but claims far more in memory
+    // while it decodes (each entry's in-memory size, not its encoding).
+    let entries = (1..=20_000u64)
+        .map(|i| Entry {
+            log_id: log_id(2, i),
+            payload: EntryPayload::Normal(Command::Heartbeat { node_id: 1, now_ms: i, lease_ms: 6_000 }.into()),
+        })
+        .collect();
+    let request = AppendRequest {
+        vote: Vote::new_committed(2, 1),
+        prev_log_id: Some(log_id(1, 0)),
+        entries,
+        leader_commit: None,
+    };
+    let bytes = rpc::encode("append", &request).expect("encodes");
+    let claimed = 20_000 * std::mem::size_of::<Entry>();
+    assert!(bytes.len() < 1024 * 1024 && claimed > 1024 * 1024, "body {} bytes, claims {claimed}", bytes.len());
+    let decoded = rpc::decode::<AppendRequest>("append", &bytes).expect("decodes");
+    assert_eq!(decoded.entries.len(), 20_000);
+}
+
+#[test]
 fn a_hostile_length_prefix_in_a_small_body_is_refused_before_allocating() {
-    // A snapshot chunk whose snapshot id claims 60 MiB, in a body of a few
+    // A snapshot chunk whose snapshot id claims 1 GiB, in a body of a few
     // dozen bytes: bincode would allocate the string before reading it,
-    // but the claim exceeds what a body this small may claim. (A byte
-    // vector like the chunk's data is read element by element, and serde
-    // preallocates at most 1 MiB of it whatever its prefix says.)
+    // but the claim exceeds what one body may claim. (A byte vector like
+    // the chunk's data is read element by element, and serde preallocates
+    // at most 1 MiB of it whatever its prefix says.)
     let valid = rpc::encode("snapshot", &snapshot_request()).expect("encodes");
     let id_at = valid.windows(6).position(|w| w == b"\x052-9-1").expect("the snapshot id, after its length");
     let mut hostile = valid[..id_at].to_vec();
     hostile.push(253);
-    hostile.extend_from_slice(&(60u64 << 20).to_le_bytes());
+    hostile.extend_from_slice(&(1u64 << 30).to_le_bytes());
     hostile.extend_from_slice(&valid[id_at + 6..]);
     let error = rpc::decode::<SnapshotRequest>("snapshot", &hostile).expect_err("refused");
     assert!(error.to_string().contains("LimitExceeded"), "{error}");
