@@ -70,10 +70,21 @@ impl Default for ClusterOptions {
         Self {
             size: 3,
             lease_ms: LEASE_MS_DEFAULT,
-            cluster_secret: "e2e-cluster-secret".to_owned(),
+            cluster_secret: unique_cluster_secret(),
             node: NodeOptions::default(),
         }
     }
+}
+
+/// A cluster secret no other test cluster shares. Tests run in parallel and
+/// a killed node's port can be taken by another test's node before the
+/// first test restarts it: with one secret for all, the first cluster's
+/// leader then replicated into the other cluster's node, whose Raft gave
+/// up on the foreign log. With a secret each, that node answers 401.
+fn unique_cluster_secret() -> String {
+    static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("e2e-cluster-secret-{}-{n}", std::process::id())
 }
 
 impl ClusterOptions {
