@@ -106,28 +106,17 @@ struct Encoded {
 
 impl From<Encoded> for ClusterState {
     fn from(encoded: Encoded) -> Self {
-        let Encoded {
-            endpoints,
-            events,
-            deliveries,
-            idempotency,
-            active,
-            nodes,
-            shards,
-            last_token,
-            outcomes_rejected_stale,
-        } = encoded;
-        let dead = dead_index(&deliveries);
+        let dead = dead_index(&encoded.deliveries);
         let mut state = Self {
-            endpoints,
-            events,
-            deliveries,
-            idempotency,
-            active,
-            nodes,
-            shards,
-            last_token,
-            outcomes_rejected_stale,
+            endpoints: encoded.endpoints,
+            events: encoded.events,
+            deliveries: encoded.deliveries,
+            idempotency: encoded.idempotency,
+            active: encoded.active,
+            nodes: encoded.nodes,
+            shards: encoded.shards,
+            last_token: encoded.last_token,
+            outcomes_rejected_stale: encoded.outcomes_rejected_stale,
             retired: Retired::default(),
             fanout: fanout::Fanout::default(),
             dead,
