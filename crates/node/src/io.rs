@@ -143,7 +143,7 @@ impl Io<HttpNetwork> {
     ) -> Result<Self, crate::NodeError> {
         let transport = hookraft_delivery::http::HttpTransport::new(allow_private_targets)
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
-        let roots = tls.as_ref().map(crate::tls::Tls::peer_roots).transpose().map_err(crate::NodeError::Transport)?;
+        let roots = tls.as_ref().map(|tls| tls.peer_roots.clone());
         // With TLS on, peers are called over HTTPS, trusting `--tls-ca` or
         // else the system's roots.
         let https = tls.is_some();

@@ -227,7 +227,7 @@ impl Node {
                 client: std::sync::OnceLock::new(),
                 admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
                 shared_cluster_secret,
-                peer_tls: io.tls.as_ref().map(tls::Tls::peer_roots).transpose().map_err(NodeError::Transport)?,
+                peer_tls: io.tls.as_ref().map(|tls| tls.peer_roots.clone()),
             }),
             admin_token: config.admin_token.clone(),
             clock: io.clock.clone(),

@@ -34,12 +34,12 @@ pub struct Tls {
     /// Serves this node's port.
     pub server: Arc<rustls::ServerConfig>,
     /// The authority the node trusts for its peers (PEM), when given.
-    pub peer_ca_pem: Option<Vec<u8>>,
+    pub peer_roots: Vec<reqwest::Certificate>,
 }
 
 impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls").field("peer_ca", &self.peer_ca_pem.is_some()).finish_non_exhaustive()
+        f.debug_struct("Tls").field("peer_roots", &self.peer_roots.len()).finish_non_exhaustive()
     }
 }
 
@@ -64,25 +64,17 @@ impl Tls {
         // The server speaks HTTP/1.1 only: offering h2 would have clients
         // (curl) choose a protocol it then does not answer.
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let peer_ca_pem = match peer_ca {
+        let peer_roots = match peer_ca {
             Some(path) => {
                 let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
                 if CertificateDer::pem_slice_iter(&pem).next().is_none() {
                     return Err(format!("{}: no PEM certificate in it", path.display()));
                 }
-                Some(pem)
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| format!("{}: {e}", path.display()))?
             }
-            None => None,
+            None => Vec::new(),
         };
-        Ok(Self { server: Arc::new(server), peer_ca_pem })
-    }
-
-    /// The peers' authority as reqwest certificates.
-    pub fn peer_roots(&self) -> Result<Vec<reqwest::Certificate>, String> {
-        match &self.peer_ca_pem {
-            Some(pem) => reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("--tls-ca: {e}")),
-            None => Ok(Vec::new()),
-        }
+        Ok(Self { server: Arc::new(server), peer_roots })
     }
 }
 
@@ -166,7 +158,7 @@ mod tests {
     #[test]
     fn loads_a_certificate_its_key_and_the_peers_authority() {
         let tls = Tls::load(&fixture("node.pem"), &fixture("node.key"), Some(&fixture("ca.pem"))).expect("loads");
-        assert_eq!(tls.peer_roots().unwrap().len(), 1);
+        assert_eq!(tls.peer_roots.len(), 1);
         assert_eq!(tls.server.alpn_protocols, vec![b"http/1.1".to_vec()], "no h2: the server does not speak it");
         let shown = format!("{tls:?}");
         assert!(!shown.contains("BEGIN"), "{shown}");
