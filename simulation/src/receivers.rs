@@ -137,7 +137,7 @@ impl Receivers {
                 Self::header(&request, "webhook-id"),
                 Self::header(&request, "webhook-timestamp"),
                 Self::header(&request, "webhook-signature"),
-                request.body.as_bytes(),
+                &request.body,
                 (EPOCH_MS + now_ms) / 1_000,
             )
             .is_ok();

@@ -14,6 +14,7 @@ use hookraft_core::redact::SecretString;
 use hookraft_delivery::batcher::{ProposeError, Proposer};
 use hookraft_delivery::context::InFlightRegistry;
 use hookraft_delivery::metrics::DeliveryMetrics;
+use hookraft_delivery::payloads::PayloadKeys;
 use hookraft_raft::StateHandle;
 
 use crate::admission::Admission;
@@ -114,6 +115,9 @@ pub struct ApiContext {
     pub secret_grace_ms: u64,
     /// The budgets that refuse ingest this node cannot absorb.
     pub admission: Admission,
+    /// Seals payloads on ingest and opens them for `GET /v1/events/{id}`;
+    /// shared with the endpoint actors.
+    pub payloads: Arc<PayloadKeys>,
 }
 
 impl ApiContext {

@@ -37,6 +37,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(routes::events::router())
         .merge(routes::deliveries::router())
         .merge(routes::cluster::router())
+        .merge(routes::payloads::router())
         .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token));
     Router::new()
         .merge(v1)

@@ -4,6 +4,7 @@
 use hookraft_core::breaker::BreakerStatus;
 use hookraft_core::clock::format_rfc3339_ms;
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
+use hookraft_core::lifecycle::Stage;
 use hookraft_core::model::{Delivery, DeliveryState, Endpoint, Event, TimelineEntry};
 use hookraft_core::retry::RetryPolicy;
 use serde_json::{Value, json};
@@ -58,7 +59,9 @@ pub fn effective_state(ctx: &ApiContext, d: &Delivery) -> DeliveryState {
     if !d.state.is_terminal() && ctx.in_flight.contains(&d.id) { DeliveryState::Attempting } else { d.state }
 }
 
-pub fn delivery(ctx: &ApiContext, d: &Delivery, with_timeline: bool) -> Value {
+/// A delivery; with its timeline, `lifecycle` is what [`lifecycle_entry`]
+/// renders (`hookraft_core::lifecycle`).
+pub fn delivery(ctx: &ApiContext, d: &Delivery, lifecycle: Option<&[Stage<'_>]>) -> Value {
     let mut view = json!({
         "id": d.id,
         "event_id": d.event_id,
@@ -69,10 +72,24 @@ pub fn delivery(ctx: &ApiContext, d: &Delivery, with_timeline: bool) -> Value {
         "created_at": ts(d.created_at_ms),
         "updated_at": ts(d.updated_at_ms),
     });
-    if with_timeline {
-        view["timeline"] = Value::Array(d.timeline().iter().map(timeline_entry).collect());
+    if let Some(stages) = lifecycle {
+        view["timeline"] = Value::Array(stages.iter().map(lifecycle_entry).collect());
     }
     view
+}
+
+/// One stage of a delivery's lifecycle: a recorded entry as
+/// [`timeline_entry`] renders it, or a derived one.
+pub fn lifecycle_entry(stage: &Stage<'_>) -> Value {
+    match stage {
+        Stage::Received { at_ms, node_id } => json!({"kind": "received", "at": ts(*at_ms), "node_id": node_id}),
+        Stage::Encrypted { at_ms, key_id } => json!({"kind": "encrypted", "at": ts(*at_ms), "key_id": key_id}),
+        Stage::Rewrapped { at_ms, key_id } => json!({"kind": "rewrapped", "at": ts(*at_ms), "key_id": key_id}),
+        Stage::Leased { at_ms, node_id, fencing_token } => json!({
+            "kind": "leased", "at": ts(*at_ms), "node_id": node_id, "fencing_token": fencing_token,
+        }),
+        Stage::Recorded(entry) => timeline_entry(entry),
+    }
 }
 
 pub fn timeline_entry(entry: &TimelineEntry) -> Value {
@@ -163,13 +180,21 @@ pub fn ingest_answer<'a>(event: &'a Event, deliveries: &[(&'a Delivery, Delivery
     }
 }
 
+/// An event, its payload opened with this node's keys. A payload that
+/// cannot be opened shows as `null`, with `payload_error` saying why.
 pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value {
-    let payload: Value = serde_json::from_str(&event.payload).unwrap_or(Value::Null);
+    let (payload, payload_error) = match ctx.payloads.open(event) {
+        Ok(json) => (serde_json::from_slice(&json).unwrap_or(Value::Null), None),
+        Err(error) => (Value::Null, Some(error.to_string())),
+    };
     json!({
         "id": event.id,
         "type": event.event_type,
         "payload": payload,
+        "payload_error": payload_error,
+        "key_id": event.payload.key_id(),
         "received_at": ts(event.received_at_ms),
+        "received_by": event.received_by,
         "idempotency_key": event.idempotency_key,
         "deliveries": deliveries.iter().map(|d| json!({
             "id": d.id, "endpoint_id": d.endpoint_id, "state": effective_state(ctx, d).as_str(),

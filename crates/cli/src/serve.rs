@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use hookraft_core::payload::Keyring;
 use hookraft_core::redact::SecretString;
 use hookraft_node::tls::Tls;
 use hookraft_node::{Io, Node, NodeConfig, Runtimes};
@@ -81,6 +83,17 @@ pub struct ServeArgs {
     /// the machine's memory, or of its cgroup's limit when lower].
     #[arg(long, env = "HOOKRAFT_MEMORY_BUDGET", value_parser = parse_size)]
     memory_budget: Option<u64>,
+    /// Seal every payload (XChaCha20-Poly1305) with the active key of this
+    /// keyring file before it is stored; every node of a cluster needs the
+    /// same keys (`hookraft keys generate`). Without a keyring, payloads
+    /// are stored in clear.
+    #[arg(long, env = "HOOKRAFT_KEYRING", conflicts_with = "keyring_text")]
+    keyring: Option<PathBuf>,
+    /// The keyring's text itself, `;` between its lines
+    /// (`active=k1; k1=<base64>`): for containers that pass secrets in the
+    /// environment.
+    #[arg(long, env = "HOOKRAFT_KEYRING_TEXT", hide_env_values = true)]
+    keyring_text: Option<SecretString>,
 }
 
 impl ServeArgs {
@@ -172,6 +185,13 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
         memory_budget = config.memory_budget_bytes,
         "ingest budgets"
     );
+    config.keyring = match (&args.keyring, &args.keyring_text) {
+        (Some(path), _) => Some(Arc::new(hookraft_node::keyring::load(path).map_err(anyhow::Error::msg)?)),
+        (None, Some(text)) => {
+            Some(Arc::new(Keyring::parse(text.expose()).map_err(|e| anyhow::anyhow!("--keyring-text: {e}"))?))
+        }
+        (None, None) => None,
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Tls::load(cert, key, args.tls_ca.as_deref()).map_err(anyhow::Error::msg)?),
         _ => None,

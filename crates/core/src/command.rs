@@ -6,13 +6,12 @@
 //! bincode, whose enum encoding is positional: **variants and fields that have
 //! shipped are frozen; add new variants at the end only.**
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, Shard};
 use crate::model::{AttemptRecord, Endpoint};
+use crate::payload::Payload;
 use crate::retry::{Decision, RetryPolicy};
 use crate::signing::Secret;
 
@@ -97,6 +96,34 @@ pub enum Command {
         before_ms: u64,
         max_events: u32,
     },
+    /// [`Command::IngestEvents`] with the node that accepted the events,
+    /// which every event's timeline names. What nodes propose now.
+    IngestEventsFrom {
+        node_id: NodeId,
+        now_ms: u64,
+        events: Vec<NewEvent>,
+    },
+    /// Payloads sealed again under the proposer's active key (a rotation's
+    /// rewrap, or the first encryption of payloads stored in clear). Each
+    /// replaces its event's payload only if that is still stored as the
+    /// proposer read it (`from_key_id`), and only with a sealed payload.
+    /// At most [`REWRAP_BATCH_MAX`] per entry.
+    RewrapPayloads {
+        now_ms: u64,
+        payloads: Vec<RewrappedPayload>,
+    },
+}
+
+/// Most payloads one [`Command::RewrapPayloads`] carries.
+pub const REWRAP_BATCH_MAX: usize = 256;
+
+/// One payload of a [`Command::RewrapPayloads`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewrappedPayload {
+    pub event_id: EventId,
+    /// The key the payload was under when read; `None`: it was in clear.
+    pub from_key_id: Option<String>,
+    pub payload: Payload,
 }
 
 /// Changes to an endpoint; `None` leaves a setting as it is.
@@ -117,9 +144,11 @@ pub struct EndpointPatch {
 pub struct NewEvent {
     pub id: EventId,
     pub event_type: String,
-    /// Validated JSON text, shared with the state once applied (the log
-    /// keeps recent commands in memory, so the state takes the same copy).
-    pub payload: Arc<str>,
+    /// Validated JSON, sealed by the accepting node when it has a keyring;
+    /// shared with the state once applied (the log keeps recent commands in
+    /// memory, so the state takes the same copy). Encodes as the JSON text
+    /// did before payloads could be sealed.
+    pub payload: Payload,
     pub idempotency_key: Option<String>,
     /// Explicit targets; `None` fans out by event type.
     pub endpoint_ids: Option<Vec<EndpointId>>,
@@ -203,6 +232,12 @@ pub enum Response {
     ReplayedUpTo {
         deliveries: Vec<(DeliveryId, EndpointId)>,
         next_after: Option<DeliveryId>,
+    },
+    /// What a `RewrapPayloads` replaced, and what it left because the
+    /// event was gone or its payload had changed since it was read.
+    Rewrapped {
+        rewrapped: u32,
+        skipped: u32,
     },
 }
 

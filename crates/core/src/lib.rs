@@ -11,6 +11,8 @@
 //! - [`ratelimit`]: the per-endpoint token bucket.
 //! - [`rebalance`]: the leader's shard placement, a pure function.
 //! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
+//! - [`payload`]: stored payloads, clear or sealed, and the keyring.
+//! - [`lifecycle`]: a delivery's lifecycle as the API shows it.
 //! - [`command`]: the replicated commands and their responses.
 //! - [`state`]: `ClusterState` and its deterministic `apply`.
 //! - [`dense`]: ordered maps and sets kept dense while keys arrive in order.
@@ -27,7 +29,9 @@ pub mod command;
 pub mod dense;
 pub mod entropy;
 pub mod ids;
+pub mod lifecycle;
 pub mod model;
+pub mod payload;
 pub mod ratelimit;
 pub mod rebalance;
 pub mod redact;

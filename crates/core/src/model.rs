@@ -5,12 +5,11 @@
 //! types stay plain: no `skip_serializing_if`, no untagged or internally
 //! tagged enums, payloads as raw JSON text. The HTTP API renders its own views.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId};
+use crate::payload::Payload;
 use crate::retry::{RetryPolicy, RetryRule};
 use crate::signing::Secret;
 
@@ -116,19 +115,33 @@ impl Endpoint {
 /// Held once per pending event for as long as it is pending, so its text
 /// is boxed (`Box<str>` is a `String` without the capacity: 8 bytes less
 /// each, and no slack), and so is its delivery list. The payload is shared
-/// instead (`Arc<str>`): the command that proposed it, the state and every
-/// attempt's request body hold the one copy made when the request was read.
-/// Boxes and `Arc`s encode as their content: the log and snapshot formats
-/// are those of `String` and `Vec`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// instead: the command that proposed it and the state hold the one copy
+/// made when the request was read. Its encoding is versioned
+/// (`event_wire`): events written before `received_by` and `rewrapped`
+/// existed still decode.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub id: EventId,
     pub event_type: Box<str>,
-    /// The JSON payload exactly as the producer sent it; it is the request body.
-    pub payload: Arc<str>,
+    /// The producer's JSON, in clear or sealed under a keyring key
+    /// ([`crate::payload`]). Only the owner of a delivery opens it, to send it.
+    pub payload: Payload,
     pub received_at_ms: u64,
     pub idempotency_key: Option<Box<str>>,
     pub deliveries: Box<[DeliveryId]>,
+    /// The node that accepted it; `None` for events recorded before nodes were.
+    pub received_by: Option<NodeId>,
+    /// Set once its payload has been sealed again under another key.
+    pub rewrapped: Option<Box<Rewrapped>>,
+}
+
+/// When an event's payload was last sealed again, and what it was first
+/// stored as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rewrapped {
+    pub at_ms: u64,
+    /// The key it was sealed under when received; `None`: it was in clear.
+    pub first_key_id: Option<Box<str>>,
 }
 
 /// Where a delivery stands.
@@ -230,6 +243,22 @@ pub enum TimelineEntry {
         next_attempt_at_ms: u64,
         rule: RetryRule,
     },
+}
+
+impl TimelineEntry {
+    /// When it was recorded.
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            TimelineEntry::Received { at_ms }
+            | TimelineEntry::Attempt { at_ms, .. }
+            | TimelineEntry::LegacyRetryScheduled { at_ms, .. }
+            | TimelineEntry::Delivered { at_ms }
+            | TimelineEntry::Dead { at_ms, .. }
+            | TimelineEntry::Replayed { at_ms }
+            | TimelineEntry::Truncated { at_ms, .. }
+            | TimelineEntry::RetryScheduled { at_ms, .. } => *at_ms,
+        }
+    }
 }
 
 /// An optional unix-ms time in 8 bytes where `Option<u64>` takes 16: a
@@ -339,6 +368,8 @@ impl Serialize for Delivery {
         wire::DeliveryWire::of(self, timeline).serialize(serializer)
     }
 }
+
+mod event_wire;
 
 /// The encoded form of a [`Delivery`]: its fields in order, the timeline whole.
 mod wire {

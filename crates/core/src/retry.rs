@@ -140,6 +140,10 @@ pub enum RetryRule {
     RetryAfterCapped,
     /// A 429 without `Retry-After`: [`RetryPolicy::throttled_ms`].
     Throttled,
+    /// Nothing was sent: the sender could not open the payload (its key is
+    /// not in the sender's keyring). See [`defer`]. (Appended: encoded by
+    /// position.)
+    PayloadUnavailable,
 }
 
 impl RetryRule {
@@ -149,6 +153,7 @@ impl RetryRule {
             RetryRule::RetryAfter => "retry_after",
             RetryRule::RetryAfterCapped => "retry_after_capped",
             RetryRule::Throttled => "throttled",
+            RetryRule::PayloadUnavailable => "payload_unavailable",
         }
     }
 }
@@ -173,13 +178,21 @@ pub enum Decision {
         at_ms: u64,
         rule: RetryRule,
     },
+    /// Nothing was sent (the sender could not open the payload): try again
+    /// at `at_ms` without spending the cycle's attempts, since the receiver
+    /// had no say in it. See [`defer`].
+    Deferred {
+        at_ms: u64,
+    },
 }
 
 impl Decision {
     /// When the next attempt is due, for either form of a retry.
     pub fn retry_at_ms(&self) -> Option<u64> {
         match self {
-            Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } => Some(*at_ms),
+            Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } | Decision::Deferred { at_ms } => {
+                Some(*at_ms)
+            }
             _ => None,
         }
     }
@@ -243,6 +256,21 @@ pub fn decide(
         };
     }
     Decision::Retry { at_ms, rule }
+}
+
+/// The shortest wait after a delivery could not be sent for want of its
+/// payload's key.
+pub const DEFER_MIN_MS: u64 = 1_000;
+
+/// When to try again a delivery whose payload this node could not open
+/// (its key is missing from the keyring, or the payload failed
+/// authentication). The backoff grows with the delivery's attempts over its
+/// life (`attempt_count`, this one included) up to the policy's cap, and
+/// never dead-letters it: an operator restores the key, and the delivery
+/// goes on. One draw from `rng`.
+pub fn defer(policy: &RetryPolicy, attempt_count: u32, now_ms: u64, rng: &mut impl Rng) -> Decision {
+    let wait_ms = policy.backoff_ms(attempt_count, rng).max(DEFER_MIN_MS);
+    Decision::Deferred { at_ms: now_ms.saturating_add(wait_ms) }
 }
 
 /// The wait before the next attempt and the rule that chose it. `code` is

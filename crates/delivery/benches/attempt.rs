@@ -54,7 +54,7 @@ fn bench_attempt(c: &mut Criterion) {
     let mut group = c.benchmark_group("attempt");
     group.throughput(Throughput::Elements(1));
     for (name, bytes) in [("200B", 200), ("64KiB", 64 * 1024)] {
-        let payload: Arc<str> = format!("{{\"pad\":\"{}\"}}", "x".repeat(bytes - 10)).into();
+        let payload: Arc<[u8]> = format!("{{\"pad\":\"{}\"}}", "x".repeat(bytes - 10)).into_bytes().into();
         let plan = AttemptPlan {
             delivery_id: DeliveryId::derive(&event_id, &endpoint.id),
             event_id,

@@ -16,7 +16,8 @@ use crate::transport::{SendError, SendOrigin, Target, WebhookRequest, WebhookRes
 pub struct AttemptPlan {
     pub delivery_id: DeliveryId,
     pub event_id: EventId,
-    pub payload: Arc<str>,
+    /// The payload as sent: the producer's JSON (opened if it was sealed).
+    pub payload: Arc<[u8]>,
     /// 1-based number of this attempt over the delivery's life.
     pub attempt_number: u32,
 }
@@ -33,7 +34,7 @@ pub fn build_request(
 ) -> WebhookRequest {
     let timestamp_s = now_ms / 1_000;
     let secrets = endpoint.signing_secrets(now_ms);
-    let signature = signature_header(&secrets, &plan.event_id.as_str(), timestamp_s, plan.payload.as_bytes());
+    let signature = signature_header(&secrets, &plan.event_id.as_str(), timestamp_s, &plan.payload);
     WebhookRequest {
         url: target,
         headers: vec![
@@ -89,7 +90,11 @@ fn describe(error: &SendError) -> String {
 fn detail(error: &SendError) -> &str {
     match error {
         SendError::Timeout => "",
-        SendError::Connect(d) | SendError::RefusedTarget(d) | SendError::InvalidUrl(d) | SendError::Other(d) => d,
+        SendError::Connect(d)
+        | SendError::RefusedTarget(d)
+        | SendError::InvalidUrl(d)
+        | SendError::Other(d)
+        | SendError::PayloadUnavailable(d) => d,
     }
 }
 
@@ -135,7 +140,7 @@ mod tests {
         let plan = AttemptPlan {
             delivery_id: DeliveryId::derive(&event_id, &endpoint.id),
             event_id,
-            payload: Arc::from("{\"a\":1}"),
+            payload: Arc::from("{\"a\":1}".as_bytes()),
             attempt_number: 3,
         };
         let target = Target::new(&endpoint.url);

@@ -13,6 +13,7 @@ use hookraft_raft::StateHandle;
 use tokio::sync::mpsc;
 
 use crate::metrics::DeliveryMetrics;
+use crate::payloads::PayloadKeys;
 use crate::transport::Transport;
 
 /// Which shards this node may send for right now, and under which token.
@@ -75,4 +76,6 @@ pub struct DeliveryContext {
     pub metrics: Arc<DeliveryMetrics>,
     /// Mixed with each endpoint id to seed that actor's backoff jitter.
     pub seed: u64,
+    /// Opens payloads just before they are signed and sent.
+    pub payloads: Arc<PayloadKeys>,
 }

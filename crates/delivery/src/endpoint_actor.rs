@@ -20,8 +20,9 @@ use hookraft_core::command::Outcome;
 use hookraft_core::dense::DenseSet;
 use hookraft_core::ids::{DeliveryId, EndpointId, Shard};
 use hookraft_core::model::Endpoint;
+use hookraft_core::payload::OpenError;
 use hookraft_core::ratelimit::TokenBucket;
-use hookraft_core::retry::{AttemptResult, Decision, decide};
+use hookraft_core::retry::{AttemptResult, Decision, decide, defer};
 use hookraft_core::state::ClusterState;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rand::SeedableRng;
@@ -76,7 +77,8 @@ struct InFlight {
     queued: QueuedDelivery,
     token: u64,
     started_at_ms: u64,
-    abort: AbortHandle,
+    /// The task sending it; `None` when nothing is sent (`not_sent`).
+    abort: Option<AbortHandle>,
 }
 
 pub struct EndpointState {
@@ -183,7 +185,9 @@ impl Actor for EndpointActor {
         // Attempts in flight are abandoned: their deliveries stay active in
         // the replicated state, and the next owner sends them again.
         for (id, flight) in std::mem::take(&mut state.in_flight) {
-            flight.abort.abort();
+            if let Some(abort) = flight.abort {
+                abort.abort();
+            }
             state.ctx.in_flight.remove(&id);
         }
         if let Some((_, timer)) = state.timer.take() {
@@ -277,6 +281,21 @@ impl EndpointState {
                 self.abandon_in_flight();
                 return self.arm(myself, now_ms + LEASE_RECHECK_MS, now_ms);
             };
+            // The payload is opened before the rate limit and the breaker are
+            // asked: one that cannot be opened is not sent, and must take
+            // neither a token nor the breaker's half-open probe.
+            let plan = match self.plan(&queued) {
+                None => {
+                    self.queue.pop_head(); // dead-lettered or deleted meanwhile
+                    continue;
+                }
+                Some(Err(error)) => {
+                    self.queue.pop_head();
+                    self.not_sent(myself, queued, token, now_ms, error);
+                    continue;
+                }
+                Some(Ok(plan)) => plan,
+            };
             // Peek at the rate limit first: the breaker's half-open probe must
             // not be granted to an attempt the rate limit then holds back.
             if let Some((_, bucket)) = self.bucket.as_ref()
@@ -299,33 +318,60 @@ impl EndpointState {
                 let _ = bucket.try_take(now_ms); // available above, and time has not moved
             }
             self.queue.pop_head();
-            self.start_attempt(myself, &endpoint, &target, queued, token, now_ms);
+            self.start_attempt(myself, &endpoint, &target, queued, plan, token, now_ms);
         }
     }
 
+    /// What the next attempt of `queued` sends: its event's payload,
+    /// opened with this node's keys. `None` when the delivery is no longer
+    /// this endpoint's to attempt; an error when the payload cannot be opened.
+    fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, OpenError>> {
+        let (event_id, event_type, payload) = {
+            let guard = self.ctx.state.read();
+            let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
+            let event = guard.events.get(&delivery.event_id)?;
+            (event.id, event.event_type.clone(), event.payload.clone())
+        };
+        // Opened outside the state's lock.
+        let opened = self.ctx.payloads.open_payload(&event_id, &event_type, &payload);
+        Some(opened.map(|payload| AttemptPlan {
+            delivery_id: queued.id,
+            event_id,
+            payload,
+            attempt_number: queued.attempt_count + 1,
+        }))
+    }
+
+    /// Records that `queued` was not sent because its payload could not be
+    /// opened: the same way as an attempt, so the outcome goes through
+    /// [`Self::finish`], which defers it instead of spending its retries.
+    fn not_sent(
+        &mut self,
+        myself: &ActorRef<EndpointMsg>,
+        queued: QueuedDelivery,
+        token: u64,
+        now_ms: u64,
+        error: OpenError,
+    ) {
+        tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent");
+        let delivery_id = queued.id;
+        self.ctx.in_flight.insert(&delivery_id);
+        self.in_flight.insert(delivery_id, InFlight { queued, token, started_at_ms: now_ms, abort: None });
+        let result = Err(SendError::PayloadUnavailable(error.to_string()));
+        let _ = myself.send_message(EndpointMsg::Done(Box::new(AttemptDone { delivery_id, result, latency_ms: 0 })));
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn start_attempt(
         &mut self,
         myself: &ActorRef<EndpointMsg>,
         endpoint: &Endpoint,
         target: &Target,
         queued: QueuedDelivery,
+        plan: AttemptPlan,
         token: u64,
         now_ms: u64,
     ) {
-        let plan = {
-            let guard = self.ctx.state.read();
-            let Some(delivery) = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))
-            else {
-                return; // dead-lettered or deleted meanwhile
-            };
-            let Some(event) = guard.events.get(&delivery.event_id) else { return };
-            AttemptPlan {
-                delivery_id: queued.id,
-                event_id: event.id,
-                payload: event.payload.clone(),
-                attempt_number: queued.attempt_count + 1,
-            }
-        };
         let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
         let request = build_request(endpoint, target.clone(), &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
@@ -341,7 +387,8 @@ impl EndpointState {
         });
         self.ctx.in_flight.insert(&queued.id);
         DeliveryMetrics::inc(&self.ctx.metrics.attempts_total);
-        self.in_flight.insert(queued.id, InFlight { queued, token, started_at_ms: now_ms, abort: task.abort_handle() });
+        self.in_flight
+            .insert(queued.id, InFlight { queued, token, started_at_ms: now_ms, abort: Some(task.abort_handle()) });
     }
 
     /// Records a finished attempt: breaker, retry decision, outcome to the log.
@@ -350,11 +397,18 @@ impl EndpointState {
         self.ctx.in_flight.remove(&done.delivery_id);
         let Some(endpoint) = self.endpoint.clone() else { return };
         let now_ms = self.ctx.clock.wall_ms();
-        self.ctx.metrics.observe_latency(done.latency_ms);
+        // Nothing was sent: the receiver is not to blame, so neither its
+        // breaker nor its retry budget hears of it.
+        let not_sent = matches!(done.result, Err(SendError::PayloadUnavailable(_)));
+        if !not_sent {
+            self.ctx.metrics.observe_latency(done.latency_ms);
+        }
 
         let result = attempt_result(&done.result, now_ms);
         let success = matches!(result, AttemptResult::Status { code, .. } if (200..300).contains(&code) || code == 410);
-        let transition = if success {
+        let transition = if not_sent {
+            None
+        } else if success {
             self.breaker.on_success(&self.ctx.breaker, now_ms)
         } else {
             self.breaker.on_failure(&self.ctx.breaker, now_ms)
@@ -363,18 +417,23 @@ impl EndpointState {
             self.count_transition(t);
         }
         let queued = flight.queued;
-        let decision = decide(
-            &endpoint.retry,
-            &result,
-            queued.cycle_attempts + 1,
-            queued.cycle_started_at_ms,
-            now_ms,
-            &mut self.rng,
-        );
+        let decision = if not_sent {
+            defer(&endpoint.retry, queued.attempt_count + 1, now_ms, &mut self.rng)
+        } else {
+            decide(
+                &endpoint.retry,
+                &result,
+                queued.cycle_attempts + 1,
+                queued.cycle_started_at_ms,
+                now_ms,
+                &mut self.rng,
+            )
+        };
         let metrics = &self.ctx.metrics;
         match &decision {
             Decision::Delivered => DeliveryMetrics::inc(&metrics.delivered_total),
             Decision::Retry { .. } | Decision::LegacyRetry { .. } => DeliveryMetrics::inc(&metrics.retried_total),
+            Decision::Deferred { .. } => DeliveryMetrics::inc(&metrics.not_sent_total),
             Decision::Dead { .. } => DeliveryMetrics::inc(&metrics.dead_total),
             Decision::Gone => DeliveryMetrics::inc(&metrics.gone_total),
         }
@@ -410,6 +469,9 @@ impl EndpointState {
                 cycle_attempts: queued.cycle_attempts + 1,
                 ..queued
             }),
+            Decision::Deferred { at_ms } => {
+                self.queue.push(QueuedDelivery { due_ms: at_ms, attempt_count: queued.attempt_count + 1, ..queued })
+            }
             Decision::Gone => {
                 // Stop at once; the log disables the endpoint and dead-letters the rest.
                 if let Some(e) = self.endpoint.as_mut() {
@@ -428,7 +490,9 @@ impl EndpointState {
     /// Aborts attempts in flight: this node's lease lapsed, so it must stop sending.
     fn abandon_in_flight(&mut self) {
         for (id, flight) in std::mem::take(&mut self.in_flight) {
-            flight.abort.abort();
+            if let Some(abort) = flight.abort {
+                abort.abort();
+            }
             self.ctx.in_flight.remove(&id);
             self.queue.push(flight.queued);
         }

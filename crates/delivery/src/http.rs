@@ -121,7 +121,7 @@ struct SharedPayload(Body);
 
 impl AsRef<[u8]> for SharedPayload {
     fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
+        &self.0
     }
 }
 
@@ -367,7 +367,7 @@ mod tests {
         WebhookRequest {
             url: url.into(),
             headers: vec![("webhook-id", "evt_1".into())],
-            body: Body::from(r#"{"hello":"world"}"#),
+            body: Body::from(r#"{"hello":"world"}"#.as_bytes()),
             timeout,
             origin: Default::default(),
         }

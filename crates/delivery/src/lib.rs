@@ -29,6 +29,7 @@ pub mod endpoint_actor;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod payloads;
 pub mod queue;
 pub mod ssrf;
 pub mod supervisor;

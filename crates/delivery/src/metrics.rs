@@ -11,6 +11,8 @@ pub struct DeliveryMetrics {
     pub attempts_total: AtomicU64,
     pub delivered_total: AtomicU64,
     pub retried_total: AtomicU64,
+    /// Deliveries not sent because their payload could not be opened.
+    pub not_sent_total: AtomicU64,
     pub dead_total: AtomicU64,
     pub gone_total: AtomicU64,
     pub breaker_opened_total: AtomicU64,

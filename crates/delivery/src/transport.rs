@@ -76,8 +76,9 @@ pub struct SendOrigin {
 
 /// Shared request bodies: one event's payload is sent to many endpoints.
 pub mod bytes_body {
-    /// The JSON payload, shared between the attempts that send it.
-    pub type Body = std::sync::Arc<str>;
+    /// The JSON payload (opened, when it was stored sealed), shared between
+    /// the attempts that send it.
+    pub type Body = std::sync::Arc<[u8]>;
 }
 
 /// What the endpoint answered.
@@ -104,6 +105,10 @@ pub enum SendError {
     InvalidUrl(String),
     #[error("{0}")]
     Other(String),
+    /// Nothing was sent: the payload could not be opened (its key is not in
+    /// this node's keyring, or it failed authentication).
+    #[error("payload: {0}")]
+    PayloadUnavailable(String),
 }
 
 impl SendError {
@@ -115,6 +120,7 @@ impl SendError {
             SendError::RefusedTarget(_) => "refused_target",
             SendError::InvalidUrl(_) => "invalid_url",
             SendError::Other(_) => "other",
+            SendError::PayloadUnavailable(_) => "payload",
         }
     }
 }

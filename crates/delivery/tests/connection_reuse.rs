@@ -48,7 +48,7 @@ async fn sequential_attempts_to_one_endpoint_reuse_one_connection() {
         let request = WebhookRequest {
             url: format!("http://{addr}/hook").into(),
             headers: vec![("content-type", "application/json".into())],
-            body: Arc::from("{\"a\":1}"),
+            body: Arc::from("{\"a\":1}".as_bytes()),
             timeout: Duration::from_secs(5),
             origin: Default::default(),
         };

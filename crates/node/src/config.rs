@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use hookraft_core::ids::NodeId;
+use hookraft_core::payload::Keyring;
 use hookraft_core::redact::SecretString;
 
 /// Settings of one node.
@@ -46,6 +48,10 @@ pub struct NodeConfig {
     /// Estimated bytes of retained state past which ingest is refused
     /// (503); `u64::MAX` is no limit.
     pub memory_budget_bytes: u64,
+    /// Seals payloads before they are proposed and opens them to send
+    /// them. `None`: payloads are stored in clear (the node says so when
+    /// it starts).
+    pub keyring: Option<Arc<Keyring>>,
 }
 
 /// Default lease (DESIGN §5).
@@ -71,6 +77,7 @@ impl NodeConfig {
             retention_ms: Some(RETENTION_MS_DEFAULT),
             max_pending: u64::MAX,
             memory_budget_bytes: u64::MAX,
+            keyring: None,
         }
     }
 

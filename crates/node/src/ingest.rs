@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hookraft_api::context::{Ingest, IngestBatchFuture, IngestFuture};
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{Command, IngestResult, NewEvent, Response};
+use hookraft_core::ids::NodeId;
 use hookraft_delivery::batcher::{ProposeError, Proposer};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -101,9 +102,10 @@ impl Ingest for IngestQueue {
 }
 
 /// Starts the batcher task; it ends when the queue's last sender is dropped.
-pub fn start(proposer: Arc<dyn Proposer>, clock: Arc<dyn Clock>) -> IngestQueue {
+/// `node_id` is this node: every event's timeline names it as the receiver.
+pub fn start(proposer: Arc<dyn Proposer>, clock: Arc<dyn Clock>, node_id: NodeId) -> IngestQueue {
     let (tx, rx) = mpsc::channel(INGEST_QUEUE_MAX);
-    tokio::spawn(run(rx, proposer, clock));
+    tokio::spawn(run(rx, proposer, clock, node_id));
     IngestQueue { tx }
 }
 
@@ -123,7 +125,7 @@ fn submissions_that_fit(sizes: impl IntoIterator<Item = usize>, max: usize) -> u
     taken
 }
 
-async fn run(mut rx: mpsc::Receiver<Submission>, proposer: Arc<dyn Proposer>, clock: Arc<dyn Clock>) {
+async fn run(mut rx: mpsc::Receiver<Submission>, proposer: Arc<dyn Proposer>, clock: Arc<dyn Clock>, node_id: NodeId) {
     let in_flight = Arc::new(Semaphore::new(INGEST_BATCHES_IN_FLIGHT_MAX));
     // Received but not yet proposed: what did not fit in the last entry.
     let mut queued: Vec<Submission> = Vec::with_capacity(INGEST_BATCH_MAX);
@@ -148,7 +150,7 @@ async fn run(mut rx: mpsc::Receiver<Submission>, proposer: Arc<dyn Proposer>, cl
         let now_ms = clock.wall_ms();
         tokio::spawn(async move {
             let count = events.len();
-            let outcome = proposer.propose(Command::IngestEvents { now_ms, events }).await;
+            let outcome = proposer.propose(Command::IngestEventsFrom { node_id, now_ms, events }).await;
             drop(permit);
             match outcome {
                 Ok(Response::Ingested { results }) if results.len() == count => answer(waiters, results),

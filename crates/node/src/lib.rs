@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod config;
 pub mod ingest;
 pub mod io;
+pub mod keyring;
 pub mod lease;
 pub mod listener;
 pub mod log_writer;
@@ -37,6 +38,7 @@ use hookraft_core::ids::NodeId;
 use hookraft_delivery::batcher::{OUTCOME_QUEUE_MAX, Proposer, run_outcome_batcher};
 use hookraft_delivery::context::{DeliveryContext, InFlightRegistry};
 use hookraft_delivery::metrics::DeliveryMetrics;
+use hookraft_delivery::payloads::PayloadKeys;
 use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
 use hookraft_raft::{Raft, StateHandle, raft_config_snapshotting_every};
 use openraft::RaftNetworkFactory;
@@ -162,6 +164,18 @@ impl Node {
             run_outcome_batcher(outcome_rx, proposer.clone(), io.clock.clone(), config.node_id),
         );
 
+        let payloads = Arc::new(PayloadKeys::new(config.keyring.clone(), io.entropy.clone()));
+        match payloads.keyring() {
+            Some(ring) => tracing::info!(
+                active_key = ring.active_id(),
+                keys = ?ring.ids().collect::<Vec<_>>(),
+                "payloads are sealed (XChaCha20-Poly1305) before they are stored"
+            ),
+            None => tracing::warn!(
+                "no keyring: payloads are stored in clear (in the log, snapshots and memory); \
+                 start with --keyring to seal them"
+            ),
+        }
         let lease = Arc::new(lease::Lease::default());
         let in_flight = Arc::new(InFlightRegistry::default());
         let delivery_metrics = Arc::new(DeliveryMetrics::default());
@@ -181,6 +195,7 @@ impl Node {
             breaker: BreakerConfig::default(),
             metrics: delivery_metrics.clone(),
             seed: io.seed,
+            payloads: payloads.clone(),
         };
         // An actor spawns its children, and an attempt its connection, on
         // the runtime it runs on.
@@ -213,7 +228,7 @@ impl Node {
             .run(),
         );
 
-        let ingest = Arc::new(ingest::start(proposer.clone(), io.clock.clone()));
+        let ingest = Arc::new(ingest::start(proposer.clone(), io.clock.clone(), config.node_id));
         let api = Arc::new(ApiContext {
             node_id: config.node_id,
             state: state.clone(),
@@ -242,6 +257,7 @@ impl Node {
                 max_pending: config.max_pending,
                 memory_bytes: config.memory_budget_bytes,
             }),
+            payloads,
         });
         let local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite> =
             Arc::new(cluster::RaftLocalWrite { writer });

@@ -50,7 +50,7 @@ impl SupervisorLink {
                     self.route(command, response);
                 }
             }
-            (Command::IngestEvents { .. }, Response::Ingested { results }) => {
+            (Command::IngestEvents { .. } | Command::IngestEventsFrom { .. }, Response::Ingested { results }) => {
                 let created = results.iter().filter_map(|r| match r {
                     IngestResult::Created { deliveries, .. } => Some(deliveries.iter()),
                     _ => None,

@@ -54,19 +54,27 @@ fn load_or_create(dir: &Path, entropy: &dyn Entropy) -> Result<SecretString, Str
         Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
     }
     let secret = generate(entropy);
-    write_private(dir, &path, secret.expose()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    write_private(&path, secret.expose()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(secret)
 }
 
 /// Writes `text` to `path` readable by its owner only, durably: a temporary
-/// file synced, renamed over `path`, and the directory synced.
-fn write_private(dir: &Path, path: &Path, text: &str) -> std::io::Result<()> {
+/// file beside it synced, renamed over `path`, and the directory synced.
+/// Also writes keyring files (`hookraft keys`).
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("the path names no file"))?;
     std::fs::create_dir_all(dir)?;
-    let partial = dir.join(format!("{SECRET_FILE}.partial"));
+    let partial = dir.join(format!("{}.partial", name.to_string_lossy()));
     let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&partial)?;
     file.write_all(text.as_bytes())?;
-    file.write_all(b"\n")?;
+    if !text.ends_with('\n') {
+        file.write_all(b"\n")?;
+    }
     file.sync_all()?;
     std::fs::rename(&partial, path)?;
     std::fs::File::open(dir)?.sync_all()

@@ -121,7 +121,7 @@ async fn the_lease_is_renewed_while_a_prune_waits_longer_than_the_lease() {
         .map(|_| NewEvent {
             id: EventId::generate(clock.wall_ms(), &mut rng),
             event_type: "order.created".into(),
-            payload: Arc::from("{}"),
+            payload: "{}".into(),
             idempotency_key: None,
             endpoint_ids: None,
         })

@@ -5,8 +5,6 @@
 //! an error, never a panic, an abort or an allocation the body did not pay
 //! for.
 
-use std::sync::Arc;
-
 use hookraft_core::command::{NewEvent, Outcome};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::model::{AttemptRecord, Endpoint};
@@ -37,7 +35,7 @@ fn commands() -> Vec<Command> {
     let event = NewEvent {
         id: event_id,
         event_type: "order.created".into(),
-        payload: Arc::from("{\"order\":1}"),
+        payload: "{\"order\":1}".into(),
         idempotency_key: Some("k-1".into()),
         endpoint_ids: None,
     };

@@ -11,6 +11,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use hookraft_core::command::{Command, ReplayTarget};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
+use hookraft_core::lifecycle::lifecycle;
 use hookraft_core::model::{Delivery, DeliveryState};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -106,7 +107,7 @@ async fn list(
             page_of(all, keep, limit, LIST_SCAN_MAX)
         }
     };
-    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, false)).collect();
+    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, None)).collect();
     Ok(axum::Json(json!({ "data": data, "next_cursor": page.next_cursor })))
 }
 
@@ -164,7 +165,9 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
     let id: DeliveryId = parse_id(&id)?;
     let state = ctx.state.read();
     let delivery = state.deliveries.get(&id).ok_or_else(|| Problem::not_found(format!("no delivery {id}")))?;
-    Ok(axum::Json(views::delivery(&ctx, delivery, true)))
+    let event = state.events.get(&delivery.event_id).map(AsRef::as_ref);
+    let stages = lifecycle(delivery, event, &state.grant_for(&delivery.endpoint_id));
+    Ok(axum::Json(views::delivery(&ctx, delivery, Some(&stages))))
 }
 
 async fn replay(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {

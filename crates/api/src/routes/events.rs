@@ -109,13 +109,11 @@ fn new_event(
         None => None,
     };
     let now_ms = ctx.clock.wall_ms();
-    Ok(NewEvent {
-        id: ctx.with_rng(|rng| EventId::generate(now_ms, rng)),
-        event_type,
-        payload: payload.get().into(),
-        idempotency_key,
-        endpoint_ids,
-    })
+    let id = ctx.with_rng(|rng| EventId::generate(now_ms, rng));
+    // Sealed here, before it is proposed: the log, snapshots and every
+    // replica's state hold only what this returns.
+    let payload = ctx.payloads.seal(&id, &event_type, payload.get());
+    Ok(NewEvent { id, event_type, payload, idempotency_key, endpoint_ids })
 }
 
 async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {

@@ -28,8 +28,24 @@ async fn healthz() -> &'static str {
 /// on ingest, not a node that cannot serve (reads, replays, cluster
 /// administration and delivery all go on), so a load balancer must not
 /// take it out.
-async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, &'static str) {
-    if ctx.cluster.ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
+///
+/// Nor does it go unready for a missing payload key (taking the node out
+/// of a load balancer would not send those deliveries either): the body
+/// names each key payloads needed that the keyring lacks, for an operator
+/// to see, and `/metrics` counts them.
+async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, String) {
+    let (status, mut body) = if ctx.cluster.ready() {
+        (StatusCode::OK, String::from("ready\n"))
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, String::from("not ready\n"))
+    };
+    for (key_id, failed) in ctx.payloads.missing_keys() {
+        let _ = writeln!(
+            body,
+            "warning: key {key_id} is not in this node's keyring ({failed} payloads could not be opened)"
+        );
+    }
+    (status, body)
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {
@@ -38,6 +54,37 @@ fn counter(out: &mut String, name: &str, help: &str, value: u64) {
 
 fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}
+
+/// Payload encryption: whether it is on, what was sealed and opened, and
+/// what could not be opened (a missing key by its id).
+fn payload_metrics(out: &mut String, ctx: &ApiContext) {
+    let p = &ctx.payloads;
+    gauge(
+        out,
+        "hookraft_payload_encryption",
+        "1 when this node seals payloads (it has a keyring), 0 when it stores them in clear.",
+        u64::from(p.keyring().is_some()),
+    );
+    counter(out, "hookraft_payloads_sealed_total", "Payloads sealed on ingest.", load(&p.sealed_total));
+    counter(out, "hookraft_payloads_opened_total", "Sealed payloads opened (to send or show).", load(&p.opened_total));
+    let _ = writeln!(
+        out,
+        "# HELP hookraft_payload_open_failures_total Payloads that could not be opened, by reason.\n\
+         # TYPE hookraft_payload_open_failures_total counter\n\
+         hookraft_payload_open_failures_total{{reason=\"missing_key\"}} {}\n\
+         hookraft_payload_open_failures_total{{reason=\"tampered\"}} {}",
+        load(&p.missing_key_total),
+        load(&p.tampered_total)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP hookraft_payload_missing_key Payloads that named a key this node's keyring lacks, by key.\n\
+         # TYPE hookraft_payload_missing_key gauge"
+    );
+    for (key_id, failed) in p.missing_keys() {
+        let _ = writeln!(out, "hookraft_payload_missing_key{{key_id=\"{key_id}\"}} {failed}");
+    }
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -99,10 +146,12 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
         ("retried", &d.retried_total),
         ("dead", &d.dead_total),
         ("gone", &d.gone_total),
+        ("not_sent", &d.not_sent_total),
     ] {
         let _ = writeln!(out, "hookraft_deliveries_total{{outcome=\"{outcome}\"}} {}", load(value));
     }
     counter(&mut out, "hookraft_attempts_total", "Attempts started.", load(&d.attempts_total));
+    payload_metrics(&mut out, &ctx);
     let _ = writeln!(
         out,
         "# HELP hookraft_attempt_latency_ms Attempt latency.\n# TYPE hookraft_attempt_latency_ms histogram"

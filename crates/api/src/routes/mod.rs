@@ -7,6 +7,7 @@ pub mod endpoints;
 pub mod events;
 pub mod health;
 pub mod internal;
+pub mod payloads;
 
 use std::str::FromStr;
 

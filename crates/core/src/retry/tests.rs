@@ -536,6 +536,7 @@ proptest! {
                 prop_assert!(expected_rules.contains(&rule), "{rule:?}");
             }
             Decision::LegacyRetry { .. } => prop_assert!(false, "decide wrote a legacy retry"),
+            Decision::Deferred { .. } => prop_assert!(false, "decide deferred a delivery that was sent"),
             Decision::Dead { .. } => {}
             Decision::Gone => prop_assert_eq!(code, 410),
             Decision::Delivered => prop_assert!(false, "non-2xx delivered"),
@@ -577,5 +578,21 @@ proptest! {
             clock % 60
         );
         prop_assert_eq!(parse_retry_after(&text, 0), Some(seconds * 1000), "{}", text);
+    }
+}
+
+#[test]
+fn a_deferral_waits_at_least_a_second_grows_with_the_attempts_and_never_dead_letters() {
+    let policy = RetryPolicy::default();
+    let mut rng = StdRng::seed_from_u64(8);
+    for attempts in [1, 5, 50, 10_000] {
+        for _ in 0..50 {
+            let Decision::Deferred { at_ms } = defer(&policy, attempts, 1_000_000, &mut rng) else {
+                panic!("a deferral")
+            };
+            let wait = at_ms - 1_000_000;
+            assert!(wait >= DEFER_MIN_MS, "{wait}");
+            assert!(wait <= policy.backoff_ceiling_ms(attempts).max(DEFER_MIN_MS), "{wait}");
+        }
     }
 }

@@ -5,16 +5,16 @@ use std::sync::Arc;
 use super::ClusterState;
 use super::usage::{delivery_bytes, event_bytes};
 use crate::command::{IngestResult, NewEvent, Response};
-use crate::ids::{DeliveryId, EndpointId};
+use crate::ids::{DeliveryId, EndpointId, NodeId};
 use crate::model::{Delivery, DeliveryState, Event, OptionalMs, TimelineEntry};
 
 impl ClusterState {
-    pub(super) fn ingest(&mut self, events: &[NewEvent], now_ms: u64) -> Response {
-        let results = events.iter().map(|event| self.ingest_one(event, now_ms)).collect();
+    pub(super) fn ingest(&mut self, events: &[NewEvent], now_ms: u64, received_by: Option<NodeId>) -> Response {
+        let results = events.iter().map(|event| self.ingest_one(event, now_ms, received_by)).collect();
         Response::Ingested { results }
     }
 
-    fn ingest_one(&mut self, new: &NewEvent, now_ms: u64) -> IngestResult {
+    fn ingest_one(&mut self, new: &NewEvent, now_ms: u64, received_by: Option<NodeId>) -> IngestResult {
         if let Some(key) = &new.idempotency_key
             && let Some(existing) = self.idempotency.get(key.as_str())
         {
@@ -82,6 +82,8 @@ impl ClusterState {
             received_at_ms: now_ms,
             idempotency_key: new.idempotency_key.as_deref().map(Box::from),
             deliveries: created.iter().map(|(d, _)| *d).collect(),
+            received_by,
+            rewrapped: None,
         });
         self.count_bytes(event_bytes(&event), true);
         self.events.insert(new.id, event);

@@ -14,6 +14,7 @@ mod ingest;
 mod outcomes;
 mod prune;
 mod replay;
+mod rewrap;
 mod usage;
 
 use std::collections::BTreeMap;
@@ -207,7 +208,8 @@ impl ClusterState {
             Command::RotateSecret { id, secret, grace_until_ms, now_ms } => {
                 self.rotate_secret(id, secret, *grace_until_ms, *now_ms)
             }
-            Command::IngestEvents { now_ms, events } => self.ingest(events, *now_ms),
+            Command::IngestEvents { now_ms, events } => self.ingest(events, *now_ms, None),
+            Command::IngestEventsFrom { node_id, now_ms, events } => self.ingest(events, *now_ms, Some(*node_id)),
             Command::RecordOutcomes { node_id, now_ms, outcomes } => self.record_outcomes(*node_id, outcomes, *now_ms),
             Command::Replay { now_ms, target } => self.replay(target, *now_ms),
             Command::Heartbeat { node_id, now_ms, lease_ms } => self.heartbeat(*node_id, *now_ms, *lease_ms),
@@ -218,6 +220,7 @@ impl ClusterState {
             Command::Batch(commands) => Response::Batch(commands.iter().map(|c| self.apply(c)).collect()),
             Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
             Command::Prune { before_ms, max_events, .. } => self.prune(*before_ms, *max_events),
+            Command::RewrapPayloads { now_ms, payloads } => self.rewrap(payloads, *now_ms),
         }
     }
 

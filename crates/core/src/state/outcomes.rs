@@ -4,7 +4,7 @@ use super::ClusterState;
 use crate::command::{Outcome, Response};
 use crate::ids::NodeId;
 use crate::model::{Delivery, DeliveryState, OptionalMs, TimelineEntry};
-use crate::retry::Decision;
+use crate::retry::{Decision, RetryRule};
 
 /// How one outcome of a batch was handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,9 @@ fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> App
         return Applied::Done(Verdict::Ignored);
     }
     delivery.attempt_count = delivery.attempt_count.saturating_add(1);
-    delivery.cycle_attempts = delivery.cycle_attempts.saturating_add(1);
+    if !matches!(outcome.decision, Decision::Deferred { .. }) {
+        delivery.cycle_attempts = delivery.cycle_attempts.saturating_add(1);
+    }
     delivery.updated_at_ms = now_ms;
     delivery.push_timeline(TimelineEntry::Attempt { at_ms: now_ms, attempt: Box::new(outcome.attempt.clone()) });
     let mut still_active = true;
@@ -134,6 +136,15 @@ fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> App
                 at_ms: now_ms,
                 next_attempt_at_ms: *at_ms,
                 rule: *rule,
+            });
+        }
+        Decision::Deferred { at_ms } => {
+            delivery.state = DeliveryState::Retrying;
+            delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
+            delivery.push_timeline(TimelineEntry::RetryScheduled {
+                at_ms: now_ms,
+                next_attempt_at_ms: *at_ms,
+                rule: RetryRule::PayloadUnavailable,
             });
         }
         Decision::LegacyRetry { at_ms } => {

@@ -79,7 +79,14 @@ pub fn event_bytes(event: &Event) -> u64 {
         + event.payload.len() as u64
         + key
         + event.deliveries.len() as u64 * DELIVERY_ID_BYTES
+        + event
+            .rewrapped
+            .as_ref()
+            .map_or(0, |r| REWRAPPED_BYTES + r.first_key_id.as_ref().map_or(0, |id| id.len() as u64))
 }
+
+/// A `Rewrapped` record and its box.
+const REWRAPPED_BYTES: u64 = 48;
 
 /// The estimated bytes of a stored delivery and its timeline: linear in
 /// its history, which is bounded (`TIMELINE_ENTRIES_MAX`).

@@ -12,6 +12,7 @@ mod outcomes;
 mod prune;
 mod replay;
 mod replicas;
+mod rewrap;
 mod usage;
 
 use super::*;

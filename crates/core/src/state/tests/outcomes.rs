@@ -169,3 +169,23 @@ fn a_second_attempt_with_the_same_result_is_counted() {
         assert_eq!(state.deliveries[&id].cycle_attempts, expected);
     }
 }
+
+#[test]
+fn a_deferred_attempt_is_on_the_timeline_but_spends_none_of_the_cycle() {
+    let (mut state, _, id) = one_pending(21);
+    let mut not_sent = outcome(&state, &id, None, Decision::Deferred { at_ms: 9_000 });
+    not_sent.attempt.error = Some("payload: key k2 is not in this node's keyring".into());
+    let response = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 7_000, outcomes: vec![not_sent] });
+    assert_eq!(response, Response::OutcomesApplied { applied: 1, stale: 0, ignored: 0 });
+    let delivery = &state.deliveries[&id];
+    assert_eq!((delivery.state, delivery.attempt_count, delivery.cycle_attempts), (DeliveryState::Retrying, 1, 0));
+    assert_eq!(delivery.next_attempt_at_ms.get(), Some(9_000));
+    let timeline = delivery.timeline();
+    assert!(matches!(&timeline[1], TimelineEntry::Attempt { attempt, .. }
+        if attempt.error.as_deref() == Some("payload: key k2 is not in this node's keyring")));
+    assert_eq!(
+        timeline[2],
+        TimelineEntry::RetryScheduled { at_ms: 7_000, next_attempt_at_ms: 9_000, rule: RetryRule::PayloadUnavailable }
+    );
+    assert!(state.active[&delivery.endpoint_id].contains(&id), "still active");
+}

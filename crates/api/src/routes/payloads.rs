@@ -1,0 +1,193 @@
+//! `/v1/cluster/payloads`: this node's payload keys, and the rewrap that
+//! seals retained payloads again under its active key after a rotation
+//! (or seals, for the first time, payloads stored in clear).
+//!
+//! The rewrap walks the events in id order in bounded steps: each step
+//! looks at most [`REWRAP_SCAN_MAX`] events under the state's read lock,
+//! opens and seals outside it, and commits at most
+//! [`REWRAP_BATCH_MAX`] payloads per log entry, so every replica applies
+//! the same bytes. A payload changed meanwhile (another rewrap) is left as
+//! it is by apply. One call looks at most [`REWRAP_CALL_SCAN_MAX`] events
+//! and answers where the next call starts.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::{get, post};
+use hookraft_core::command::{Command, REWRAP_BATCH_MAX, Response, RewrappedPayload};
+use hookraft_core::ids::EventId;
+use hookraft_core::payload::Keyring;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::commit;
+use crate::context::ApiContext;
+use crate::extract::OptionalJsonBody;
+use crate::problem::{ApiResult, Problem};
+
+/// Events one step looks at under the state's read lock, at most.
+pub const REWRAP_SCAN_MAX: usize = 10_000;
+/// Events one call looks at, at most; the answer's `next_after` goes on.
+pub const REWRAP_CALL_SCAN_MAX: usize = 1_000_000;
+/// Failures listed by id in an answer (all are counted).
+const FAILURES_LISTED_MAX: usize = 20;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/v1/cluster/payloads/keys", get(keys)).route("/v1/cluster/payloads/rewrap", post(rewrap))
+}
+
+/// This node's keyring (ids only) and the keys payloads named that it lacks.
+async fn keys(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+    let keys = &ctx.payloads;
+    let missing: Vec<Value> =
+        keys.missing_keys().into_iter().map(|(id, n)| json!({"key_id": id, "failed_opens": n})).collect();
+    axum::Json(json!({
+        "encryption": keys.keyring().is_some(),
+        "active_key_id": keys.active_key_id(),
+        "key_ids": keys.keyring().map(|ring| ring.ids().collect::<Vec<_>>()).unwrap_or_default(),
+        "missing_keys": missing,
+    }))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewrapRequest {
+    /// Count payloads by key without changing any.
+    #[serde(default)]
+    dry_run: bool,
+    /// Start after this event (the `next_after` of an earlier answer).
+    after: Option<String>,
+}
+
+/// What one call did.
+#[derive(Debug, Default)]
+struct Progress {
+    examined: u64,
+    rewrapped: u64,
+    /// Changed by someone else between the read and the commit.
+    skipped: u64,
+    failed: u64,
+    failures: Vec<Value>,
+    /// Retained payloads by the key they are under after the call (`clear`
+    /// for none), over the events examined.
+    by_key: BTreeMap<String, u64>,
+}
+
+async fn rewrap(
+    State(ctx): State<Arc<ApiContext>>,
+    OptionalJsonBody(request): OptionalJsonBody<RewrapRequest>,
+) -> ApiResult<axum::Json<Value>> {
+    let after = match &request.after {
+        Some(text) => Some(text.parse::<EventId>().map_err(|e| Problem::invalid(format!("after: {e}")))?),
+        None => None,
+    };
+    let ring = match ctx.payloads.keyring() {
+        Some(ring) => Some(ring),
+        None if request.dry_run => None,
+        None => {
+            return Err(Problem::conflict(
+                "this node has no keyring (payloads are stored in clear): start it with --keyring to rewrap",
+            ));
+        }
+    };
+    let mut progress = Progress::default();
+    let mut cursor = after;
+    let mut looked = 0;
+    let next_after = loop {
+        let (batch, next, scanned) = step(&ctx, ring, cursor, request.dry_run, &mut progress);
+        looked += scanned;
+        if !batch.is_empty() {
+            let payloads: Vec<RewrappedPayload> = batch;
+            let count = payloads.len() as u64;
+            match commit(&ctx, Command::RewrapPayloads { now_ms: ctx.clock.wall_ms(), payloads }).await? {
+                Response::Rewrapped { rewrapped, skipped } => {
+                    progress.rewrapped += u64::from(rewrapped);
+                    progress.skipped += u64::from(skipped);
+                }
+                other => return Err(Problem::internal(format!("unexpected answer to a rewrap: {other:?}"))),
+            }
+            debug_assert!(count <= REWRAP_BATCH_MAX as u64);
+        }
+        match next {
+            None => break None,
+            Some(id) if looked >= REWRAP_CALL_SCAN_MAX => break Some(id),
+            Some(id) => cursor = Some(id),
+        }
+    };
+    let Progress { examined, rewrapped, skipped, failed, failures, by_key } = progress;
+    Ok(axum::Json(json!({
+        "dry_run": request.dry_run,
+        "active_key_id": ctx.payloads.active_key_id(),
+        "examined": examined,
+        "rewrapped": rewrapped,
+        "skipped": skipped,
+        "failed": failed,
+        "failures": failures,
+        "by_key": by_key,
+        "next_after": next_after,
+    })))
+}
+
+/// One bounded step after `cursor`: the payloads to commit (at most
+/// [`REWRAP_BATCH_MAX`]), the event the next step starts after (`None`:
+/// the end), and how many events it looked at.
+fn step(
+    ctx: &ApiContext,
+    ring: Option<&Keyring>,
+    cursor: Option<EventId>,
+    dry_run: bool,
+    progress: &mut Progress,
+) -> (Vec<RewrappedPayload>, Option<EventId>, usize) {
+    let active = ring.map(Keyring::active_id);
+    // Read under the lock: the events to rewrap (shared payloads, cheap to clone).
+    let (candidates, next, scanned) = {
+        let state = ctx.state.read();
+        let start = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut candidates = Vec::new();
+        let mut scanned = 0;
+        let mut last = None;
+        for (id, event) in state.events.range((start, Bound::Unbounded)) {
+            if scanned == REWRAP_SCAN_MAX || candidates.len() == REWRAP_BATCH_MAX {
+                break;
+            }
+            scanned += 1;
+            last = Some(*id);
+            let key = event.payload.key_id();
+            if dry_run || key == active {
+                *progress.by_key.entry(key.unwrap_or("clear").to_string()).or_default() += 1;
+                continue;
+            }
+            candidates.push((*id, event.event_type.clone(), event.payload.clone()));
+        }
+        let more =
+            last.is_some_and(|last| state.events.range((Bound::Excluded(last), Bound::Unbounded)).next().is_some());
+        (candidates, if more { last } else { None }, scanned)
+    };
+    progress.examined += scanned as u64;
+    let Some(ring) = ring else { return (Vec::new(), next, scanned) };
+    let mut batch = Vec::with_capacity(candidates.len());
+    for (id, event_type, stored) in candidates {
+        match ctx.payloads.open_payload(&id, &event_type, &stored) {
+            Ok(plain) => {
+                let payload = ring.seal(&id.as_str(), &event_type, &plain, ctx.entropy.as_ref());
+                *progress.by_key.entry(ring.active_id().to_string()).or_default() += 1;
+                batch.push(RewrappedPayload {
+                    event_id: id,
+                    from_key_id: stored.key_id().map(str::to_string),
+                    payload,
+                });
+            }
+            Err(error) => {
+                progress.failed += 1;
+                *progress.by_key.entry(error.key_id().to_string()).or_default() += 1;
+                if progress.failures.len() < FAILURES_LISTED_MAX {
+                    progress.failures.push(json!({"event_id": id, "error": error.to_string()}));
+                }
+            }
+        }
+    }
+    (batch, next, scanned)
+}
