@@ -83,6 +83,11 @@ pub struct ServeArgs {
     /// the machine's memory, or of its cgroup's limit when lower].
     #[arg(long, env = "HOOKRAFT_MEMORY_BUDGET", value_parser = parse_size)]
     memory_budget: Option<u64>,
+    /// Take a snapshot of the replicated state once this many log entries
+    /// were applied since the last one (the log before it is then purged).
+    #[arg(long, env = "HOOKRAFT_SNAPSHOT_EVERY", default_value_t = hookraft_node::config::SNAPSHOT_EVERY_ENTRIES_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(10..=100_000_000))]
+    snapshot_every: u64,
     /// Seal every payload (XChaCha20-Poly1305) with the active key of this
     /// keyring file before it is stored; every node of a cluster needs the
     /// same keys (`hookraft keys generate`). Without a keyring, payloads
@@ -168,6 +173,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.cluster_secret = args.cluster_secret;
     config.admin_token = args.admin_token;
     config.lease_ms = args.lease_ms;
+    config.snapshot_every_entries = args.snapshot_every;
     config.retention_ms = args.retention.0;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;

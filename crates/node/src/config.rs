@@ -54,6 +54,9 @@ pub struct NodeConfig {
     pub keyring: Option<Arc<Keyring>>,
 }
 
+/// Entries applied between two snapshots unless `--snapshot-every` says otherwise.
+pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = hookraft_raft::SNAPSHOT_EVERY_ENTRIES;
+
 /// Default lease (DESIGN §5).
 pub const LEASE_MS_DEFAULT: u64 = 6_000;
 /// Default retention: a week, well past the default retry policy's 72 h.

@@ -1,0 +1,385 @@
+//! Payload encryption end to end: nothing readable on disk, tampering
+//! caught and never sent, a missing key deferred rather than lost, and a
+//! key rotation with its rewrap across a three-node cluster.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hookraft_core::command::{Command, NewEvent};
+use hookraft_core::entropy::{Entropy, EntropyRng};
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
+use hookraft_core::payload::{KeyMaterial, Keyring, KeyringFile, Payload};
+use hookraft_raft::rpc::{self, CLUSTER_SECRET_HEADER};
+use hookraft_tests::{
+    ClusterOptions, DEADLINE, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, TestNode,
+    eventually, get_delivery, register_endpoint, send_event, unix_now_s, verify_request, wait_delivery_state, wait_for,
+};
+use serde_json::{Value, json};
+
+/// Appears in every payload of these tests, and must appear in no file.
+const MARKER: &str = "4111-1111-1111-1111 Ada Lovelace";
+
+/// Fixed key material (a test needs keys it can write again after a restart).
+struct Pattern(u8);
+
+impl Entropy for Pattern {
+    fn fill(&self, dest: &mut [u8]) {
+        for (i, byte) in dest.iter_mut().enumerate() {
+            *byte = self.0.wrapping_mul(31).wrapping_add(i as u8);
+        }
+    }
+}
+
+/// A keyring's text: `keys` are `(id, seed)`, one key per seed.
+fn keyring_text(active: &str, keys: &[(&str, u8)]) -> String {
+    let keys = keys.iter().map(|(id, seed)| (id.to_string(), KeyMaterial::generate(&Pattern(*seed)))).collect();
+    KeyringFile { active: active.to_string(), keys }.render()
+}
+
+fn write_keyring(path: &Path, active: &str, keys: &[(&str, u8)]) {
+    std::fs::write(path, keyring_text(active, keys)).expect("writes the keyring");
+}
+
+fn with_keyring(path: &Path) -> NodeOptions {
+    NodeOptions::default().arg("--keyring").arg(path)
+}
+
+fn payload(n: usize) -> Value {
+    json!({"card": MARKER, "n": n})
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("reads the data dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path)
+                && bytes.windows(needle.len()).any(|w| w == needle)
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+fn file_named(dir: &Path, name: &str) -> bool {
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("reads the data dir").flatten() {
+            if entry.file_name() == name {
+                return true;
+            }
+            if entry.path().is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    false
+}
+
+async fn metrics(node: &TestNode) -> String {
+    let response = node.client().get(node.url("/metrics")).send().await.expect("metrics answer");
+    response.text().await.expect("metrics text")
+}
+
+/// Posts events, waits for every delivery, and returns the event ids.
+async fn post_and_deliver(node: &TestNode, endpoint_id: &str, count: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut deliveries = Vec::new();
+    for n in 0..count {
+        let accepted = send_event(node, &json!({"type": "card.charged", "payload": payload(n)})).await;
+        deliveries.push(accepted.delivery_for(endpoint_id));
+        ids.push(accepted.event_id);
+    }
+    for delivery in deliveries {
+        wait_delivery_state(node, &delivery, "delivered", DEADLINE).await;
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_is_nowhere_on_disk_after_a_snapshot_and_a_restart_yet_is_delivered_in_clear() {
+    let keys = tempfile::tempdir().unwrap();
+    let keyring = keys.path().join("keyring");
+    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let options = with_keyring(&keyring).arg("--snapshot-every").arg("20");
+    let mut node = TestNode::start_with(options).await;
+    let (endpoint_id, secret) = register_endpoint(&node, &json!({"url": receiver.url("hook")})).await;
+
+    let events = post_and_deliver(&node, &endpoint_id, 60).await;
+    // Receivers get the producer's JSON, signed over exactly those bytes.
+    let requests = receiver.requests("hook");
+    assert!(requests.len() >= 60);
+    for request in &requests {
+        verify_request(request, &[&secret]).expect("signed over the plaintext");
+        assert_eq!(request.body_json()["card"], MARKER, "the body is the plaintext");
+    }
+    eventually(DEADLINE, POLL_INTERVAL, "a snapshot on disk", async || {
+        file_named(&node.data_dir(), "hookraft-snapshot")
+    })
+    .await;
+    assert_eq!(files_containing(&node.data_dir(), MARKER.as_bytes()), Vec::<PathBuf>::new());
+
+    node.restart().await;
+    assert_eq!(files_containing(&node.data_dir(), MARKER.as_bytes()), Vec::<PathBuf>::new());
+    let (status, _, event) = node.get_json(&format!("/v1/events/{}", events[7])).await;
+    assert_eq!(status, StatusCode::OK, "{event}");
+    assert_eq!(event["payload"], payload(7), "opened for an authorised caller after the restart");
+    assert_eq!(event["key_id"], "k1");
+    assert_eq!(event["payload_error"], Value::Null);
+    assert!(node.log_tail(400).contains("payloads are sealed"), "the node says so when it starts");
+}
+
+/// The check above bites: without a keyring the same search finds the payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_keyring_payloads_are_stored_in_clear_and_the_node_says_so() {
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let node = TestNode::start().await;
+    let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("hook")})).await;
+    let events = post_and_deliver(&node, &endpoint_id, 3).await;
+    eventually(DEADLINE, POLL_INTERVAL, "the payload in the log", async || {
+        !files_containing(&node.data_dir(), MARKER.as_bytes()).is_empty()
+    })
+    .await;
+    let (_, _, event) = node.get_json(&format!("/v1/events/{}", events[0])).await;
+    assert_eq!(event["key_id"], Value::Null, "{event}");
+    assert!(node.log_tail(400).contains("payloads are stored in clear"));
+    assert!(metrics(&node).await.contains("hookraft_payload_encryption 0"));
+}
+
+/// A forged event proposed with the node's own cluster secret, so its
+/// payload reaches the log exactly as built here.
+async fn propose_event(node: &TestNode, event: NewEvent) {
+    let secret = std::fs::read_to_string(node.data_dir().join("cluster-secret")).expect("the node's secret");
+    let command = Command::IngestEventsFrom { node_id: 1, now_ms: unix_now_s() * 1_000, events: vec![event] };
+    let body = rpc::encode("forwarded command", &command).expect("encodes");
+    let request = node.client().post(node.url(rpc::PROPOSE_PATH)).header(CLUSTER_SECRET_HEADER, secret.trim());
+    let response = request.body(body).send().await.expect("the node answers");
+    assert_eq!(response.status(), StatusCode::OK);
+}
+
+fn new_event(endpoint: EndpointId, seed: u8, payload: impl FnOnce(&EventId) -> Payload) -> NewEvent {
+    let id = EventId::generate(unix_now_s() * 1_000, &mut EntropyRng(&Pattern(seed)));
+    NewEvent {
+        id,
+        event_type: "card.charged".into(),
+        payload: payload(&id),
+        idempotency_key: None,
+        endpoint_ids: Some(vec![endpoint]),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_or_misplaced_payload_fails_authentication_is_reported_and_never_sent() {
+    let keys = tempfile::tempdir().unwrap();
+    let keyring_path = keys.path().join("keyring");
+    write_keyring(&keyring_path, "k1", &[("k1", 1)]);
+    let ring = Keyring::parse(&keyring_text("k1", &[("k1", 1)])).unwrap();
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let node = TestNode::start_with(with_keyring(&keyring_path)).await;
+    let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("hook")})).await;
+    let endpoint: EndpointId = endpoint_id.parse().unwrap();
+    let plaintext = payload(1).to_string();
+    let seal = |id: &EventId| ring.seal(&id.as_str(), "card.charged", plaintext.as_bytes(), &Pattern(5));
+
+    // A ciphertext with one bit flipped; and a sound one sealed for another event.
+    let tampered = new_event(endpoint, 11, |id| {
+        let mut bytes = seal(id).as_bytes().to_vec();
+        let last = bytes.len() - 20;
+        bytes[last] ^= 0x01;
+        Payload::from_stored(bytes.into()).unwrap()
+    });
+    let other = EventId::generate(1, &mut EntropyRng(&Pattern(99)));
+    let misplaced = new_event(endpoint, 12, |_| seal(&other));
+    // The control: sealed right, through the same forged path, is delivered.
+    let sound = new_event(endpoint, 13, |id| seal(id));
+    let (tampered_id, misplaced_id, sound_id) = (tampered.id, misplaced.id, sound.id);
+    for event in [tampered, misplaced, sound] {
+        propose_event(&node, event).await;
+    }
+
+    wait_delivery_state(&node, &DeliveryId::derive(&sound_id, &endpoint).to_string(), "delivered", DEADLINE).await;
+    for id in [tampered_id, misplaced_id] {
+        let delivery = DeliveryId::derive(&id, &endpoint).to_string();
+        let refused = wait_for(DEADLINE, POLL_INTERVAL, "the payload refused on the timeline", async || {
+            let delivery = get_delivery(&node, &delivery).await;
+            let errors: Vec<String> = delivery["timeline"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e["error"].as_str().map(str::to_string))
+                .collect();
+            if errors.iter().any(|e| e.contains("payload failed authentication under key k1")) {
+                Ok(delivery)
+            } else {
+                Err(format!("{delivery:#}"))
+            }
+        })
+        .await;
+        assert_eq!(refused["state"], "retrying", "kept, not dead-lettered: {refused:#}");
+        let rules: Vec<&Value> =
+            refused["timeline"].as_array().unwrap().iter().filter(|e| e["kind"] == "retry_scheduled").collect();
+        assert!(rules.iter().all(|e| e["rule"] == "payload_unavailable"), "{refused:#}");
+        let (_, _, event) = node.get_json(&format!("/v1/events/{id}")).await;
+        assert_eq!(event["payload"], Value::Null, "{event}");
+        assert!(event["payload_error"].as_str().is_some_and(|e| e.contains("failed authentication")), "{event}");
+        assert!(receiver.requests_for_event("hook", &id.as_str()).is_empty(), "never sent");
+    }
+    assert_eq!(receiver.requests_for_event("hook", &sound_id.as_str()).len(), 1);
+    let metrics = metrics(&node).await;
+    let tampered_line =
+        metrics.lines().find(|l| l.starts_with("hookraft_payload_open_failures_total{reason=\"tampered\"}"));
+    let count: u64 = tampered_line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0);
+    assert!(count >= 2, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_missing_a_key_records_it_retries_without_spending_attempts_and_delivers_once_it_is_back() {
+    let keys = tempfile::tempdir().unwrap();
+    let keyring = keys.path().join("keyring");
+    write_keyring(&keyring, "k2", &[("k1", 1), ("k2", 2)]);
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let mut node = TestNode::start_with(with_keyring(&keyring)).await;
+    let retry = json!({"attempts_max": 3, "base_ms": 50, "cap_ms": 200, "max_age_s": 3600});
+    let (endpoint_id, secret) = register_endpoint(&node, &json!({"url": receiver.url("hook"), "retry": retry})).await;
+    // Disabled while the event comes in: its delivery waits, dead-lettered, for a replay.
+    let (status, _, body) = node.patch_json(&format!("/v1/endpoints/{endpoint_id}"), &json!({"disabled": true})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let body = json!({"type": "card.charged", "payload": payload(1), "endpoint_ids": [endpoint_id]});
+    let accepted = send_event(&node, &body).await;
+    let delivery_id = accepted.delivery_for(&endpoint_id);
+    wait_delivery_state(&node, &delivery_id, "dead", DEADLINE).await;
+
+    // The node comes back without k2, the key the payload is sealed under.
+    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    node.restart().await;
+    let (status, _, body) = node.patch_json(&format!("/v1/endpoints/{endpoint_id}"), &json!({"disabled": false})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = node.post_empty(&format!("/v1/deliveries/{delivery_id}/replay")).await;
+    assert!(status.is_success(), "{body}");
+
+    // More refusals than the policy's 3 attempts, and still not dead: a
+    // missing key spends none of them.
+    let waiting = wait_for(Duration::from_secs(90), POLL_INTERVAL, "several refused attempts", async || {
+        let delivery = get_delivery(&node, &delivery_id).await;
+        let refused = delivery["timeline"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["error"].as_str().is_some_and(|e| e.contains("key k2 is not in this node's keyring")))
+            .count();
+        if refused >= 4 { Ok(delivery) } else { Err(format!("{refused} refused so far: {delivery:#}")) }
+    })
+    .await;
+    assert_eq!(waiting["state"], "retrying", "{waiting:#}");
+    assert_eq!(receiver.count("hook"), 0, "nothing was sent");
+    let (status, _, ready) = node.get_json("/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(ready.as_str().is_some_and(|r| r.contains("key k2 is not in this node's keyring")), "{ready}");
+    assert!(metrics(&node).await.contains("hookraft_payload_missing_key{key_id=\"k2\"}"));
+
+    // The operator puts the key back and restarts: delivered, as sent.
+    write_keyring(&keyring, "k2", &[("k1", 1), ("k2", 2)]);
+    node.restart().await;
+    wait_delivery_state(&node, &delivery_id, "delivered", Duration::from_secs(90)).await;
+    let requests = receiver.requests("hook");
+    assert_eq!(requests.len(), 1);
+    verify_request(&requests[0], &[&secret]).expect("signed");
+    assert_eq!(requests[0].body_json(), payload(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_and_rewrap_across_three_nodes_keep_every_payload_deliverable_and_readable() {
+    let keys = tempfile::tempdir().unwrap();
+    let keyring = keys.path().join("keyring");
+    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("fast", Reply::ok());
+    receiver.set_default("late", Reply::status(503));
+    let options = ClusterOptions { node: with_keyring(&keyring), ..ClusterOptions::default() };
+    let mut cluster = TestCluster::start_with(options).await;
+    let patient = json!({"attempts_max": 100, "base_ms": 100, "cap_ms": 500, "max_age_s": 3600});
+    register_endpoint(cluster.node(1), &json!({"url": receiver.url("fast")})).await;
+    register_endpoint(cluster.node(1), &json!({"url": receiver.url("late"), "retry": patient})).await;
+
+    // Before the rotation: through every node, to both endpoints; `late`
+    // keeps failing, so its deliveries are pending across the rotation.
+    let mut sent: Vec<(String, Value, Vec<String>)> = Vec::new();
+    for n in 0..12 {
+        let node = cluster.node(1 + (n % 3) as u64);
+        let accepted = send_event(node, &json!({"type": "card.charged", "payload": payload(n)})).await;
+        sent.push((accepted.event_id.clone(), payload(n), accepted.delivery_ids()));
+    }
+    for (event, _, _) in &sent {
+        let (_, _, body) = cluster.node(2).get_json(&format!("/v1/events/{event}")).await;
+        assert_eq!(body["key_id"], "k1", "{body}");
+    }
+
+    // Rotation: k2 joins the ring as the active key, one node at a time.
+    write_keyring(&keyring, "k2", &[("k1", 1), ("k2", 2)]);
+    for id in cluster.ids() {
+        cluster.restart(id).await;
+    }
+    for n in 12..24 {
+        let node = cluster.node(1 + (n % 3) as u64);
+        let accepted = send_event(node, &json!({"type": "card.charged", "payload": payload(n)})).await;
+        let (_, _, body) = node.get_json(&format!("/v1/events/{}", accepted.event_id)).await;
+        assert_eq!(body["key_id"], "k2", "new payloads are sealed under the new key at once: {body}");
+        sent.push((accepted.event_id.clone(), payload(n), accepted.delivery_ids()));
+    }
+    receiver.set_default("late", Reply::ok());
+    for (_, _, deliveries) in &sent {
+        for delivery in deliveries {
+            wait_delivery_state(cluster.node(3), delivery, "delivered", DEADLINE).await;
+        }
+    }
+    for (event, body, _) in &sent {
+        for name in ["fast", "late"] {
+            let got = receiver.requests_for_event(name, event);
+            let last = got.last().unwrap_or_else(|| panic!("{name} never got {event}"));
+            assert_eq!(last.body_json(), *body, "{name} got {event} as posted");
+        }
+    }
+
+    // Rewrap: every retained payload under k2, through the log.
+    let (status, _, report) = cluster.node(2).post_json("/v1/cluster/payloads/rewrap", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["rewrapped"], 12, "the twelve k1 payloads: {report}");
+    assert_eq!(report["failed"], 0, "{report}");
+    assert_eq!(report["next_after"], Value::Null, "{report}");
+    let (_, _, counts) = cluster.node(3).post_json("/v1/cluster/payloads/rewrap", &json!({"dry_run": true})).await;
+    assert_eq!(counts["by_key"], json!({"k2": 24}), "every replica agrees: {counts}");
+    let first = sent[0].2[0].clone();
+    let kinds: Vec<(String, Value)> = get_delivery(cluster.node(1), &first).await["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap_or("").to_string(), e["key_id"].clone()))
+        .collect();
+    assert!(kinds.contains(&("encrypted".into(), json!("k1"))), "{kinds:?}");
+    assert!(kinds.contains(&("rewrapped".into(), json!("k2"))), "{kinds:?}");
+
+    // The old key leaves the ring; every retained payload still opens on every node.
+    write_keyring(&keyring, "k2", &[("k2", 2)]);
+    for id in cluster.ids() {
+        cluster.restart(id).await;
+    }
+    for id in cluster.ids() {
+        for (event, body, _) in &sent {
+            let (status, _, read) = cluster.node(id).get_json(&format!("/v1/events/{event}")).await;
+            assert_eq!(status, StatusCode::OK, "{read}");
+            assert_eq!(read["payload"], *body, "node {id}, event {event}: {read}");
+            assert_eq!(read["key_id"], "k2");
+        }
+    }
+}
