@@ -261,6 +261,11 @@ impl KeyMaterial {
         Self(key)
     }
 
+    /// A key from its bytes (drawn by the caller from a source of its own).
+    pub fn from_bytes(bytes: [u8; KEY_BYTES]) -> Self {
+        Self(bytes)
+    }
+
     /// A key written as base64 (standard alphabet, padded).
     pub fn from_base64(text: &str) -> Result<Self, String> {
         let bytes = BASE64.decode(text.trim()).map_err(|_| "is not base64".to_string())?;

@@ -131,6 +131,13 @@ struct Args {
     /// Each node's `--memory-budget` (`512MiB`, `2G`) [default: the node's].
     #[arg(long)]
     memory_budget: Option<String>,
+    /// Each node's `--keyring`: payloads sealed under its active key.
+    #[arg(long, conflicts_with = "encrypt")]
+    keyring: Option<PathBuf>,
+    /// Seal payloads with a fresh one-key keyring (written to a temporary
+    /// file, the key from /dev/urandom) [default: payloads in clear].
+    #[arg(long)]
+    encrypt: bool,
 }
 
 impl Args {
@@ -149,7 +156,15 @@ impl Args {
         if let Some(budget) = &self.memory_budget {
             args.push(format!("--memory-budget={budget}"));
         }
+        if let Some(keyring) = &self.keyring {
+            args.push(format!("--keyring={}", keyring.display()));
+        }
         args
+    }
+
+    /// Whether the nodes seal payloads.
+    fn encrypted(&self) -> bool {
+        self.keyring.is_some()
     }
 
     /// Whether the nodes run with an ingest budget of this run's choosing.
@@ -179,6 +194,15 @@ async fn main() -> Result<ExitCode> {
         bin.display()
     );
 
+    let mut args = args;
+    // Kept until the run ends: the nodes read it when they start.
+    let _keyring_dir = if args.encrypt {
+        let (dir, path) = fresh_keyring()?;
+        args.keyring = Some(path);
+        Some(dir)
+    } else {
+        None
+    };
     let mut reports = Vec::new();
     for &scenario in &args.scenario {
         let report = run_scenario(&args, scenario, &bin).await?;
@@ -205,6 +229,19 @@ async fn main() -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A keyring of one key from the OS, in a private temporary directory.
+fn fresh_keyring() -> Result<(tempfile::TempDir, PathBuf)> {
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    let key = hookraft_core::payload::KeyMaterial::from_bytes(key);
+    let file = hookraft_core::payload::KeyringFile { active: "k1".into(), keys: vec![("k1".into(), key)] };
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("keyring");
+    std::fs::write(&path, file.render())?;
+    Ok((dir, path))
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -374,6 +411,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         events_per_request: args.batch,
         delivery_threads: args.delivery_threads,
         retention: args.retention.clone(),
+        encrypted: args.encrypted(),
         endpoints: specs.len(),
         payload_bytes: args.payload_bytes,
         events_offered: events,

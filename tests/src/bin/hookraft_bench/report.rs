@@ -124,6 +124,8 @@ pub struct Report {
     /// The nodes' `--retention`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<String>,
+    /// Whether the nodes sealed payloads (`--keyring` or `--encrypt`).
+    pub encrypted: bool,
     pub endpoints: usize,
     pub payload_bytes: usize,
     pub events_offered: usize,
@@ -176,7 +178,7 @@ impl Report {
         let l = &self.ingest_latency_ms;
         let _ = writeln!(
             out,
-            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}{}{}",
+            "[{}] {} node(s), {} connections, {} endpoints, {}-byte payloads{}{}{}{}",
             self.scenario,
             self.nodes,
             self.connections,
@@ -188,7 +190,8 @@ impl Report {
                 String::new()
             },
             self.delivery_threads.map(|n| format!(", --delivery-threads {n}")).unwrap_or_default(),
-            self.retention.as_deref().map(|r| format!(", --retention {r}")).unwrap_or_default()
+            self.retention.as_deref().map(|r| format!(", --retention {r}")).unwrap_or_default(),
+            if self.encrypted { ", payloads sealed" } else { "" }
         );
         let _ = writeln!(
             out,
