@@ -36,19 +36,19 @@ pub struct ClusterArgs {
 /// Which node to ask, and how to authenticate. Accepted before or after the
 /// subcommand (`hookraft cluster status --node 10.0.0.2:8080`).
 #[derive(clap::Args, Debug, Clone)]
-struct Target {
+pub struct Target {
     /// Address of any node of the cluster: `host:port` or an `http(s)://` URL.
     #[arg(long, env = "HOOKRAFT_NODE_ADDR", default_value = "127.0.0.1:8080", global = true)]
-    node: String,
+    pub node: String,
     /// Admin token (the node's `--admin-token`, else its `--api-token`).
     /// When neither the flag nor HOOKRAFT_ADMIN_TOKEN is set,
     /// HOOKRAFT_API_TOKEN is used if present.
     #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true, global = true)]
-    token: Option<SecretString>,
+    pub token: Option<SecretString>,
     /// PEM certificate of the authority to trust for an https:// node
     /// [default: the system's roots].
     #[arg(long, env = "HOOKRAFT_TLS_CA", global = true)]
-    tls_ca: Option<std::path::PathBuf>,
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -86,10 +86,10 @@ enum ClusterCommand {
 
 /// One admin HTTP call, decided from the flags.
 #[derive(Debug, Clone, PartialEq)]
-struct Call {
-    method: Method,
-    path: String,
-    body: Option<Value>,
+pub struct Call {
+    pub method: Method,
+    pub path: String,
+    pub body: Option<Value>,
 }
 
 impl ClusterCommand {
@@ -114,23 +114,73 @@ impl ClusterCommand {
 
 /// Runs one `hookraft cluster` subcommand.
 pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
-    let base = base_url(&args.target.node)?;
-    let token = args.target.token.clone().or_else(|| std::env::var("HOOKRAFT_API_TOKEN").ok().map(SecretString::from));
-    let call = args.command.call();
-    let ca = match &args.target.tls_ca {
-        Some(path) => Some(std::fs::read(path).with_context(|| format!("reading --tls-ca {}", path.display()))?),
-        None => None,
-    };
-    let (status, body) = send(&base, token.as_ref().map(SecretString::expose), ca.as_deref(), &call).await?;
-    if status.is_client_error() || status.is_server_error() {
-        eprintln!("{}", pretty(&body));
-        bail!("{} {} answered {}", call.method, call.path, describe_problem(status, &body));
-    }
+    let client = AdminClient::new(&args.target, REQUEST_TIMEOUT_MS)?;
+    let body = client.call(&args.command.call()).await?;
     match args.command {
         ClusterCommand::Status { json: false } => print!("{}", render_status(&body)),
         _ => println!("{}", pretty(&body)),
     }
     Ok(())
+}
+
+/// One node's admin API, as `--node`, `--token` and `--tls-ca` name it:
+/// the client `hookraft cluster` and `hookraft keys` share.
+pub struct AdminClient {
+    base: String,
+    token: Option<SecretString>,
+    client: reqwest::Client,
+}
+
+impl AdminClient {
+    /// A client for `target` whose every call may take `timeout_ms` in all.
+    /// The token falls back to HOOKRAFT_API_TOKEN when neither `--token`
+    /// nor HOOKRAFT_ADMIN_TOKEN is set.
+    pub fn new(target: &Target, timeout_ms: u64) -> anyhow::Result<Self> {
+        let base = base_url(&target.node)?;
+        let token = target.token.clone().or_else(|| std::env::var("HOOKRAFT_API_TOKEN").ok().map(SecretString::from));
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = &target.tls_ca {
+            let pem = std::fs::read(path).with_context(|| format!("reading --tls-ca {}", path.display()))?;
+            builder =
+                builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(&pem).context("--tls-ca is not PEM")?);
+        }
+        let client = builder
+            .timeout(Duration::from_millis(timeout_ms))
+            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self { base, token, client })
+    }
+
+    /// Sends `call` and returns the answer's body. A 4xx or 5xx answer
+    /// prints its problem document to stderr and is an error.
+    pub async fn call(&self, call: &Call) -> anyhow::Result<Value> {
+        let (status, body) = self.send(call).await?;
+        if status.is_client_error() || status.is_server_error() {
+            eprintln!("{}", pretty(&body));
+            bail!("{} {} answered {}", call.method, call.path, describe_problem(status, &body));
+        }
+        Ok(body)
+    }
+
+    /// Sends `call` and returns the status and the body (JSON when it
+    /// parses, else the text as a JSON string).
+    async fn send(&self, call: &Call) -> anyhow::Result<(StatusCode, Value)> {
+        let url = format!("{}{}", self.base, call.path);
+        let mut request = self.client.request(call.method.clone(), &url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token.expose());
+        }
+        if let Some(body) = &call.body {
+            request = request.json(body);
+        }
+        let response =
+            request.send().await.with_context(|| format!("{} {url}: no answer from the node", call.method))?;
+        let status = response.status();
+        let text = response.text().await.with_context(|| format!("{} {url}: reading the answer", call.method))?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, body))
+    }
 }
 
 /// `host:port` or a URL, as the base URL every path is appended to.
@@ -146,33 +196,6 @@ fn base_url(node: &str) -> anyhow::Result<String> {
     } else {
         Ok(format!("http://{node}"))
     }
-}
-
-/// Sends `call` and returns the status and the body (JSON when it parses,
-/// else the text as a JSON string).
-async fn send(base: &str, token: Option<&str>, ca: Option<&[u8]>, call: &Call) -> anyhow::Result<(StatusCode, Value)> {
-    let mut builder = reqwest::Client::builder();
-    if let Some(pem) = ca {
-        builder = builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem).context("--tls-ca is not PEM")?);
-    }
-    let client = builder
-        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
-        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-        .build()
-        .context("building the HTTP client")?;
-    let url = format!("{base}{}", call.path);
-    let mut request = client.request(call.method.clone(), &url);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    if let Some(body) = &call.body {
-        request = request.json(body);
-    }
-    let response = request.send().await.with_context(|| format!("{} {url}: no answer from the node", call.method))?;
-    let status = response.status();
-    let text = response.text().await.with_context(|| format!("{} {url}: reading the answer", call.method))?;
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Ok((status, body))
 }
 
 /// `409 Conflict: node 3 is draining` from a problem document.
@@ -192,7 +215,7 @@ fn describe_problem(status: StatusCode, body: &Value) -> String {
     }
 }
 
-fn pretty(body: &Value) -> String {
+pub fn pretty(body: &Value) -> String {
     match body {
         Value::String(text) => text.clone(),
         other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),

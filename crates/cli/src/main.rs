@@ -6,8 +6,12 @@
 //!   prints each request, to watch deliveries arrive.
 //! - `hookraft cluster ...` administers a cluster (status, move a shard,
 //!   drain, add or remove a node) over the admin HTTP API.
+//! - `hookraft keys ...` edits a payload keyring file (generate, list,
+//!   activate, remove keys) and re-seals a cluster's payloads under its
+//!   active key (rewrap).
 
 mod admin;
+mod keys;
 mod limits;
 mod receiver;
 mod runtimes;
@@ -30,6 +34,8 @@ enum Command {
     Receiver(receiver::ReceiverArgs),
     /// Administer a cluster.
     Cluster(admin::ClusterArgs),
+    /// Manage payload encryption keys: the keyring file, and rewrapping.
+    Keys(keys::KeysArgs),
 }
 
 /// mimalloc instead of glibc's malloc: fewer CPU cycles per allocation
@@ -57,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Receiver(args) => runtime.block_on(receiver::run(args)),
         Command::Cluster(args) => runtime.block_on(admin::run(args)),
+        Command::Keys(args) => runtime.block_on(keys::run(args)),
     }
 }
 
@@ -83,10 +90,11 @@ mod tests {
         ])
         .expect("parses");
         let admin = Cli::try_parse_from(["hookraft", "cluster", "status", "--token", secrets[1]]).expect("parses");
+        let rewrap = Cli::try_parse_from(["hookraft", "keys", "rewrap", "--token", secrets[1]]).expect("parses");
         let receiver =
             Cli::try_parse_from(["hookraft", "receiver", "--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
                 .expect("parses");
-        for cli in [serve, admin, receiver] {
+        for cli in [serve, admin, rewrap, receiver] {
             for shown in [format!("{cli:?}"), format!("{cli:#?}")] {
                 for secret in secrets.iter().chain(&["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]) {
                     assert!(!shown.contains(secret), "{secret} shows in {shown}");

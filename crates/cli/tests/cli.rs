@@ -53,3 +53,130 @@ fn serve_refuses_half_a_tls_configuration() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("--tls-key"), "{text}");
 }
+
+/// `hookraft keys ...` with `--keyring path`, in `dir`, with no
+/// `HOOKRAFT_*` setting of the caller's shell.
+fn keys(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    hookraft()
+        .arg("keys")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("HOOKRAFT_KEYRING")
+        .env_remove("HOOKRAFT_KEYRING_TEXT")
+        .output()
+        .unwrap()
+}
+
+/// The base64 key material of a keyring file: every `id = value` but `active`.
+fn key_material(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .filter_map(|line| line.split_once('='))
+        .filter(|(name, _)| name.trim() != "active")
+        .map(|(_, value)| value.trim().to_string())
+        .collect()
+}
+
+/// Runs `args`, checks it succeeded and that neither stream shows a key of
+/// `keyring`; returns stdout.
+fn keys_ok(dir: &std::path::Path, keyring: &std::path::Path, args: &[&str]) -> String {
+    let out = keys(dir, args);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "hookraft keys {args:?} failed: {stderr}");
+    for key in key_material(keyring) {
+        assert!(key.len() >= 43, "a key is 32 bytes in base64: {key:?}");
+        assert!(!stdout.contains(&key) && !stderr.contains(&key), "key material shown by {args:?}: {stdout}{stderr}");
+    }
+    stdout.into_owned()
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn keys_generate_list_activate_and_remove_edit_a_private_keyring_and_never_show_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = dir.path().join("ring");
+    let path = ring.to_str().unwrap();
+
+    let created = keys_ok(dir.path(), &ring, &["generate", "--keyring", path]);
+    assert!(created.contains("key k1 (active)") && created.contains("rewrap"), "{created}");
+    assert_eq!(mode(&ring), 0o600);
+    assert_eq!(key_material(&ring).len(), 1);
+    assert_eq!(keys_ok(dir.path(), &ring, &["list", "--keyring", path]), "k1  (active)\n");
+
+    let added = keys_ok(dir.path(), &ring, &["generate", "--keyring", path]);
+    assert!(added.contains("k2") && added.contains("restart"), "{added}");
+    assert_eq!(mode(&ring), 0o600);
+    let material = key_material(&ring);
+    assert_eq!(material.len(), 2);
+    assert_ne!(material[0], material[1], "a new key is new material");
+    assert_eq!(keys_ok(dir.path(), &ring, &["list", "--keyring", path]), "k1\nk2  (active)\n");
+
+    keys_ok(dir.path(), &ring, &["activate", "k1", "--keyring", path]);
+    assert_eq!(keys_ok(dir.path(), &ring, &["list", "--keyring", path]), "k1  (active)\nk2\n");
+    assert_eq!(key_material(&ring), material, "activating changes no key");
+
+    let refused = keys(dir.path(), &["remove", "k1", "--keyring", path]);
+    assert!(!refused.status.success(), "the active key must not be removed");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("active key"), "{refused:?}");
+    let unknown = keys(dir.path(), &["remove", "k9", "--keyring", path]);
+    assert!(!unknown.status.success(), "an unknown key cannot be removed");
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no key \"k9\""), "{unknown:?}");
+    assert_eq!(key_material(&ring), material, "a refused removal changes nothing");
+
+    keys_ok(dir.path(), &ring, &["remove", "k2", "--keyring", path]);
+    assert_eq!(keys_ok(dir.path(), &ring, &["list", "--keyring", path]), "k1  (active)\n");
+    assert_eq!(key_material(&ring), material[..1], "k1 kept its key");
+    assert_eq!(mode(&ring), 0o600);
+
+    let spare = keys_ok(dir.path(), &ring, &["generate", "--keyring", path, "--id", "spare", "--no-activate"]);
+    assert!(spare.contains("k1 stays the active key"), "{spare}");
+    assert_eq!(keys_ok(dir.path(), &ring, &["list", "--keyring", path]), "k1  (active)\nspare\n");
+}
+
+#[test]
+fn keys_find_the_keyring_in_hookraft_keyring_else_in_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = dir.path().join("hookraft-keyring");
+    keys_ok(dir.path(), &default, &["generate"]);
+    assert_eq!(mode(&default), 0o600);
+    let named = dir.path().join("named");
+    let out = hookraft()
+        .args(["keys", "generate", "--id", "env1"])
+        .current_dir(dir.path())
+        .env("HOOKRAFT_KEYRING", &named)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(keys_ok(dir.path(), &default, &["list"]), "k1  (active)\n", "the default file is untouched");
+    assert_eq!(keys_ok(dir.path(), &named, &["list", "--keyring", named.to_str().unwrap()]), "env1  (active)\n");
+}
+
+#[test]
+fn keys_refuse_a_bad_or_missing_keyring_by_name_and_leave_it_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = dir.path().join("ring");
+    let key = "c2VjcmV0LWtleS1tYXRlcmlhbC0zMi1ieXRlcy1sb25n";
+    // A line that lost its `=`: the key text stands where the name should.
+    let bad = format!("active = k1\nk1 {key}\n");
+    std::fs::write(&ring, &bad).unwrap();
+    for args in [&["list"][..], &["generate"], &["activate", "k1"], &["remove", "k1"]] {
+        let mut args = args.to_vec();
+        args.extend(["--keyring", ring.to_str().unwrap()]);
+        let out = keys(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail on a bad keyring");
+        assert!(stderr.contains(ring.to_str().unwrap()) && stderr.contains("expected `name = value`"), "{stderr}");
+        assert!(!stderr.contains(key) && !String::from_utf8_lossy(&out.stdout).contains(key), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&ring).unwrap(), bad, "{args:?} left the file alone");
+    }
+    let missing = dir.path().join("missing");
+    let out = keys(dir.path(), &["list", "--keyring", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the keyring"), "{out:?}");
+}

@@ -70,7 +70,13 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     let name = path.file_name().ok_or_else(|| std::io::Error::other("the path names no file"))?;
     std::fs::create_dir_all(dir)?;
     let partial = dir.join(format!("{}.partial", name.to_string_lossy()));
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&partial)?;
+    // A partial file left by an earlier crash keeps its mode when opened
+    // again, whatever `mode` says: only a file this call creates is private.
+    match std::fs::remove_file(&partial) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&partial)?;
     file.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
         file.write_all(b"\n")?;
@@ -98,6 +104,19 @@ mod tests {
         // Another source would make another secret: the file wins.
         let again = node_local(&storage, &SeededEntropy::new(2)).unwrap();
         assert_eq!(first, again);
+    }
+
+    #[test]
+    fn a_private_file_stays_private_when_a_readable_partial_file_was_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keyring");
+        let partial = dir.path().join("keyring.partial");
+        std::fs::write(&partial, "left by a crash").unwrap();
+        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&path, "active = k1").unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "active = k1\n");
+        assert!(!partial.exists());
     }
 
     #[test]
