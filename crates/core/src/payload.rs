@@ -182,8 +182,8 @@ pub fn valid_key_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > KEY_ID_BYTES_MAX || !id.bytes().all(allowed) {
         return Err(format!("key id {id:?} must be 1 to {KEY_ID_BYTES_MAX} of A-Z a-z 0-9 . _ -"));
     }
-    if id == "active" {
-        return Err("\"active\" names the active key; it cannot be a key id".into());
+    if id == "active" || id == "clear" {
+        return Err(format!("{id:?} is reserved (the active key's line; payloads in clear); it cannot be a key id"));
     }
     Ok(())
 }
@@ -331,7 +331,7 @@ impl KeyringFile {
             }
             // The name is not echoed: a line that lost its `=` shows key text there.
             valid_key_id(name).map_err(|_| {
-                format!("{}: a key id must be 1 to {KEY_ID_BYTES_MAX} of A-Z a-z 0-9 . _ - (and not `active`)", at())
+                format!("{}: a key id must be 1 to {KEY_ID_BYTES_MAX} of A-Z a-z 0-9 . _ - (not `active` or `clear`)", at())
             })?;
             if keys.iter().any(|(id, _)| id == name) {
                 return Err(format!("{}: key {name} is given twice", at()));

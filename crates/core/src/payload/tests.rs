@@ -234,3 +234,13 @@ fn generated_ids_take_the_next_free_number() {
     assert!(file.add_generated(Some("k2"), true, &entropy).is_err());
     assert_ne!(file.keys[0].1.to_base64(), file.keys[1].1.to_base64());
 }
+
+#[test]
+fn reserved_and_malformed_key_ids_are_refused() {
+    for id in ["active", "clear", "", "k 1", "k/1", &"k".repeat(65)] {
+        assert!(valid_key_id(id).is_err(), "{id:?} accepted");
+    }
+    for id in ["k1", "2026-12.prod_a", &"k".repeat(64)] {
+        assert_eq!(valid_key_id(id), Ok(()), "{id:?} refused");
+    }
+}
