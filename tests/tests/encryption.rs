@@ -135,6 +135,38 @@ async fn a_payload_is_nowhere_on_disk_after_a_snapshot_and_a_restart_yet_is_deli
     assert_eq!(event["key_id"], "k1");
     assert_eq!(event["payload_error"], Value::Null);
     assert!(node.log_tail(400).contains("payloads are sealed"), "the node says so when it starts");
+
+    // The keys' ids are shown, never their material; nor is it in the log.
+    let key = KeyringFile::parse(&keyring_text("k1", &[("k1", 1)])).unwrap().keys[0].1.to_base64();
+    let (status, _, keys) = node.get_json("/v1/cluster/payloads/keys").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(keys["active_key_id"], "k1");
+    assert_eq!(keys["key_ids"], json!(["k1"]));
+    assert!(!keys.to_string().contains(&key) && !node.log_tail(10_000).contains(&key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_rewrap_request_is_a_clear_4xx_and_changes_nothing() {
+    let keys = tempfile::tempdir().unwrap();
+    let keyring = keys.path().join("keyring");
+    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    let node = TestNode::start_with(with_keyring(&keyring)).await;
+    for (body, why) in [
+        (json!({"after": "not-an-id"}), "after"),
+        (json!({"dry_run": "yes"}), "expected a boolean"),
+        (json!({"max": 5}), "unknown field"),
+    ] {
+        let (status, _, problem) = node.post_json("/v1/cluster/payloads/rewrap", &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert!(problem["detail"].as_str().is_some_and(|d| d.contains(why)), "{body}: {problem}");
+    }
+    let request = node.request(reqwest::Method::POST, "/v1/cluster/payloads/rewrap").body("{not json");
+    let (status, _, problem) = node.send(request.header("content-type", "application/json")).await;
+    assert!(status.is_client_error(), "{problem}");
+    // Nothing to rewrap yet: an empty pass.
+    let (status, _, report) = node.post_json("/v1/cluster/payloads/rewrap", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!((report["examined"].clone(), report["rewrapped"].clone()), (json!(0), json!(0)));
 }
 
 /// The check above bites: without a keyring the same search finds the payload.

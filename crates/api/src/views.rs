@@ -78,6 +78,15 @@ pub fn delivery(ctx: &ApiContext, d: &Delivery, lifecycle: Option<&[Stage<'_>]>)
     view
 }
 
+/// Opens `event`'s payload with this node's keys into its `view`; one that
+/// cannot be opened stays `null`, with `payload_error` saying why.
+pub fn open_payload(ctx: &ApiContext, event: &Event, view: &mut Value) {
+    match ctx.payloads.open(event) {
+        Ok(json) => view["payload"] = serde_json::from_slice(&json).unwrap_or(Value::Null),
+        Err(error) => view["payload_error"] = Value::String(error.to_string()),
+    }
+}
+
 /// One stage of a delivery's lifecycle: a recorded entry as
 /// [`timeline_entry`] renders it, or a derived one.
 pub fn lifecycle_entry(stage: &Stage<'_>) -> Value {
@@ -180,18 +189,14 @@ pub fn ingest_answer<'a>(event: &'a Event, deliveries: &[(&'a Delivery, Delivery
     }
 }
 
-/// An event, its payload opened with this node's keys. A payload that
-/// cannot be opened shows as `null`, with `payload_error` saying why.
+/// An event, its payload still unopened (`null`): [`open_payload`] fills
+/// it in, outside the state's lock.
 pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value {
-    let (payload, payload_error) = match ctx.payloads.open(event) {
-        Ok(json) => (serde_json::from_slice(&json).unwrap_or(Value::Null), None),
-        Err(error) => (Value::Null, Some(error.to_string())),
-    };
     json!({
         "id": event.id,
         "type": event.event_type,
-        "payload": payload,
-        "payload_error": payload_error,
+        "payload": Value::Null,
+        "payload_error": Value::Null,
         "key_id": event.payload.key_id(),
         "received_at": ts(event.received_at_ms),
         "received_by": event.received_by,

@@ -331,7 +331,10 @@ impl KeyringFile {
             }
             // The name is not echoed: a line that lost its `=` shows key text there.
             valid_key_id(name).map_err(|_| {
-                format!("{}: a key id must be 1 to {KEY_ID_BYTES_MAX} of A-Z a-z 0-9 . _ - (not `active` or `clear`)", at())
+                format!(
+                    "{}: a key id must be 1 to {KEY_ID_BYTES_MAX} of A-Z a-z 0-9 . _ - (not `active` or `clear`)",
+                    at()
+                )
             })?;
             if keys.iter().any(|(id, _)| id == name) {
                 return Err(format!("{}: key {name} is given twice", at()));

@@ -353,7 +353,15 @@ impl EndpointState {
         now_ms: u64,
         error: OpenError,
     ) {
-        tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent");
+        match &error {
+            // Logged once per key by `PayloadKeys`.
+            OpenError::MissingKey(_) => {
+                tracing::debug!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
+            }
+            OpenError::Tampered(_) => {
+                tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
+            }
+        }
         let delivery_id = queued.id;
         self.ctx.in_flight.insert(&delivery_id);
         self.in_flight.insert(delivery_id, InFlight { queued, token, started_at_ms: now_ms, abort: None });

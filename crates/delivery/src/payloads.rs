@@ -75,11 +75,6 @@ impl PayloadKeys {
         }
     }
 
-    /// Seals `plaintext` again under the active key, for a rewrap.
-    pub fn reseal(&self, ring: &Keyring, event: &Event, plaintext: &[u8]) -> Payload {
-        ring.seal(&event.id.as_str(), &event.event_type, plaintext, self.entropy.as_ref())
-    }
-
     /// The plaintext of `event`'s payload; a failure is counted and, for a
     /// missing key, remembered.
     pub fn open(&self, event: &Event) -> Result<Arc<[u8]>, OpenError> {
@@ -96,8 +91,16 @@ impl PayloadKeys {
                 let mut missing = self.missing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 if let Some(count) = missing.get_mut(key_id) {
                     *count += 1;
-                } else if missing.len() < MISSING_KEYS_TRACKED_MAX {
-                    missing.insert(key_id.clone(), 1);
+                } else {
+                    // Once per key, not once per delivery and retry.
+                    tracing::error!(
+                        key_id = %key_id,
+                        "a payload is sealed under a key this node's keyring lacks: deliveries under it are \
+                         not sent until the key is added and the node restarted (see /readyz)"
+                    );
+                    if missing.len() < MISSING_KEYS_TRACKED_MAX {
+                        missing.insert(key_id.clone(), 1);
+                    }
                 }
             }
             Err(OpenError::Tampered(_)) => drop(self.tampered_total.fetch_add(1, Ordering::Relaxed)),

@@ -319,9 +319,14 @@ fn ingest_answer<'a>(state: &'a ClusterState, event_id: &EventId) -> ApiResult<v
 
 async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<serde_json::Value>> {
     let id: EventId = parse_id(&id)?;
-    let state = ctx.state.read();
-    let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
-    let deliveries: Vec<&Delivery> =
-        event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
-    Ok(axum::Json(views::event(&ctx, event, &deliveries)))
+    let (event, mut view) = {
+        let state = ctx.state.read();
+        let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
+        let deliveries: Vec<&Delivery> =
+            event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
+        (event.clone(), views::event(&ctx, event, &deliveries))
+    };
+    // Opened once the state's lock is released: a payload may be a MiB.
+    views::open_payload(&ctx, &event, &mut view);
+    Ok(axum::Json(view))
 }

@@ -100,16 +100,13 @@ async fn rewrap(
         let (batch, next, scanned) = step(&ctx, ring, cursor, request.dry_run, &mut progress);
         looked += scanned;
         if !batch.is_empty() {
-            let payloads: Vec<RewrappedPayload> = batch;
-            let count = payloads.len() as u64;
-            match commit(&ctx, Command::RewrapPayloads { now_ms: ctx.clock.wall_ms(), payloads }).await? {
+            match commit(&ctx, Command::RewrapPayloads { now_ms: ctx.clock.wall_ms(), payloads: batch }).await? {
                 Response::Rewrapped { rewrapped, skipped } => {
                     progress.rewrapped += u64::from(rewrapped);
                     progress.skipped += u64::from(skipped);
                 }
                 other => return Err(Problem::internal(format!("unexpected answer to a rewrap: {other:?}"))),
             }
-            debug_assert!(count <= REWRAP_BATCH_MAX as u64);
         }
         match next {
             None => break None,
