@@ -10,6 +10,7 @@
 //! - [`clock`]: per-node virtual clocks with bounded skew and drift.
 //! - [`workload`]: producers and an operator; the ledger of acknowledged events.
 //! - [`faults`]: the seed's fault schedule.
+//! - [`keys`]: the payload keyring every node holds, and its rotation.
 //! - [`check`]: one module per invariant.
 //! - [`trace`]: the ordered record of the run and its digest.
 //!
@@ -23,6 +24,7 @@ pub mod check;
 pub mod clock;
 pub mod cluster;
 pub mod faults;
+pub mod keys;
 pub mod net;
 pub mod receivers;
 pub mod trace;
