@@ -50,7 +50,8 @@ struct Args {
     /// Store payloads in clear (nodes without a keyring) instead of sealed.
     #[arg(long)]
     no_keyring: bool,
-    /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch` or `prune-active` (needs `--features break`).
+    /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch`,
+    /// `prune-active` or `send-sealed` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
