@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use hookraft_core::ids::NodeId;
+use hookraft_core::payload::Keyring;
 use hookraft_core::state::ClusterState;
 use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Runtimes, SeededEntropy, Storage};
 use hookraft_raft::{ApplyObserver, MemDisk};
@@ -47,6 +48,9 @@ pub struct Cluster {
     pub net: SimNet,
     pub receivers: Receivers,
     pub tap: Arc<dyn ApplyObserver>,
+    /// The payload keyring a node gets when it starts; `None`: payloads in
+    /// clear. Changing it (a key rotation) reaches the nodes started later.
+    pub keyring: Option<Arc<Keyring>>,
     peers: BTreeMap<NodeId, String>,
 }
 
@@ -59,7 +63,7 @@ pub struct ApiAnswer {
 impl Cluster {
     pub fn new(nodes: Vec<SimNode>, net: SimNet, receivers: Receivers, tap: Arc<dyn ApplyObserver>) -> Self {
         let peers = nodes.iter().map(|n| (n.id, format!("node{}:8080", n.id))).collect();
-        Self { nodes: nodes.into_iter().map(|n| (n.id, n)).collect(), net, receivers, tap, peers }
+        Self { nodes: nodes.into_iter().map(|n| (n.id, n)).collect(), net, receivers, tap, keyring: None, peers }
     }
 
     /// Starts (or restarts) node `id` on its disk.
@@ -75,6 +79,7 @@ impl Cluster {
         config.lease_ms = LEASE_MS;
         config.snapshot_every_entries = SNAPSHOT_EVERY_ENTRIES;
         config.retention_ms = Some(RETENTION_MS);
+        config.keyring = self.keyring.clone();
         let io = Io {
             clock: Arc::new(node.clock.clone()),
             seed: node.seed.wrapping_add(u64::from(node.restarts)),

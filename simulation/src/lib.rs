@@ -10,6 +10,7 @@
 //! - [`clock`]: per-node virtual clocks with bounded skew and drift.
 //! - [`workload`]: producers and an operator; the ledger of acknowledged events.
 //! - [`faults`]: the seed's fault schedule.
+//! - [`keys`]: the payload keyring every node holds, and its rotation.
 //! - [`check`]: one module per invariant.
 //! - [`trace`]: the ordered record of the run and its digest.
 //!
@@ -23,6 +24,7 @@ pub mod check;
 pub mod clock;
 pub mod cluster;
 pub mod faults;
+pub mod keys;
 pub mod net;
 pub mod receivers;
 pub mod trace;
@@ -42,6 +44,8 @@ pub enum Break {
     SplitBatch,
     /// Retention forgets old events whatever their deliveries' states.
     PruneActive,
+    /// Endpoint actors send a payload's sealed bytes instead of its plaintext.
+    SendSealed,
 }
 
 impl Break {
@@ -52,10 +56,12 @@ impl Break {
             Break::AckBeforeCommit => "ack-before-commit",
             Break::SplitBatch => "split-batch",
             Break::PruneActive => "prune-active",
+            Break::SendSealed => "send-sealed",
         }
     }
 
-    pub const ALL: [Break; 4] = [Break::Fencing, Break::AckBeforeCommit, Break::SplitBatch, Break::PruneActive];
+    pub const ALL: [Break; 5] =
+        [Break::Fencing, Break::AckBeforeCommit, Break::SplitBatch, Break::PruneActive, Break::SendSealed];
 }
 
 /// Runs one seed to completion on a fresh single-threaded runtime.
@@ -81,6 +87,7 @@ fn set_break(broken: Option<Break>) -> anyhow::Result<()> {
     hookraft_core::breaks::set_ack_before_commit(broken == Some(Break::AckBeforeCommit));
     hookraft_core::breaks::set_split_batch(broken == Some(Break::SplitBatch));
     hookraft_core::breaks::set_prune_active(broken == Some(Break::PruneActive));
+    hookraft_core::breaks::set_send_sealed(broken == Some(Break::SendSealed));
     Ok(())
 }
 

@@ -47,16 +47,20 @@ struct Args {
     /// slow-disk, clock-step, membership).
     #[arg(long, value_delimiter = ',', value_parser = Shape::parse)]
     faults: Vec<Shape>,
-    /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch` or `prune-active` (needs `--features break`).
+    /// Store payloads in clear (nodes without a keyring) instead of sealed.
+    #[arg(long)]
+    no_keyring: bool,
+    /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch`,
+    /// `prune-active` or `send-sealed` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
 
 fn parse_break(text: &str) -> Result<Break, String> {
-    Break::ALL
-        .into_iter()
-        .find(|b| b.name() == text)
-        .ok_or_else(|| format!("unknown break `{text}`: fencing, ack-before-commit, split-batch or prune-active"))
+    Break::ALL.into_iter().find(|b| b.name() == text).ok_or_else(|| {
+        let names: Vec<&str> = Break::ALL.iter().map(|b| b.name()).collect();
+        format!("unknown break `{text}`: one of {}", names.join(", "))
+    })
 }
 
 /// The production node's allocator (see `crates/cli`), so the simulated
@@ -79,6 +83,7 @@ fn options(args: &Args, seed: u64) -> Options {
     options.print_trace = args.trace;
     options.post_percent = args.load;
     options.shapes = args.faults.clone();
+    options.keyring = !args.no_keyring;
     options
 }
 
@@ -108,6 +113,9 @@ fn replay_command(args: &Args, seed: u64) -> String {
     if !args.faults.is_empty() {
         let names: Vec<&str> = args.faults.iter().map(|s| s.name()).collect();
         command = format!("{command} --faults {}", names.join(","));
+    }
+    if args.no_keyring {
+        command = format!("{command} --no-keyring");
     }
     if let Some(b) = args.r#break {
         command = format!("{command} --break {}", b.name());
@@ -147,8 +155,8 @@ fn main() -> ExitCode {
                 Some(Kind::Liveness) => "liveness",
             };
             println!(
-                "acked={} sends={} faults={:?} trace_lines={} virtual_ms={}",
-                report.acked, report.sends, report.faults, report.trace_lines, report.virtual_ms
+                "acked={} sends={} faults={:?} payloads={:?} trace_lines={} virtual_ms={}",
+                report.acked, report.sends, report.faults, report.payload_keys, report.trace_lines, report.virtual_ms
             );
             println!("seed={seed} verdict={verdict} digest={}", report.digest);
             match report.worst() {

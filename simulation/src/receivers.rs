@@ -1,7 +1,7 @@
 //! Scripted receivers: the simulated customer endpoints, behind the node's
 //! webhook `Transport` seam. Each endpoint URL `http://sim/<name>` names a
 //! receiver with a [`Behavior`]. Every request is recorded with its sender,
-//! shard, token and whether its signature verified, for the checkers.
+//! shard, token, body and whether its signature verified, for the checkers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,6 +48,8 @@ pub struct SendRecord {
     /// Whether the answer reached the sender before its attempt timed out.
     pub in_time: bool,
     pub signature_valid: bool,
+    /// The body as the receiver got it.
+    pub body: Arc<[u8]>,
 }
 
 struct Inner {
@@ -164,6 +166,7 @@ impl Receivers {
             answered: answer,
             in_time,
             signature_valid: valid,
+            body: request.body.clone(),
         };
         self.trace.record(format!(
             "send {} n{} s{} t{} {} -> {:?}{}",

@@ -2,10 +2,11 @@
 //! an idempotency key, one at a time or a few in a batch, retried on other
 //! nodes until acknowledged), and an operator registering and changing
 //! endpoints and replaying dead letters.
-//! The ledger remembers every acknowledged event and the deliveries the
-//! acknowledgement named: what the "no acknowledged event is lost" checker owes.
+//! The ledger remembers every acknowledged event, the deliveries the
+//! acknowledgement named and the payload posted for it: what the "no
+//! acknowledged event is lost" checker owes, and what receivers must get.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use hookraft_core::ids::NodeId;
@@ -38,6 +39,11 @@ pub struct SimEndpoint {
 pub struct Ledger {
     /// Acknowledged event id → (delivery id, endpoint id) named in the answer.
     pub acked: BTreeMap<String, Vec<(String, String)>>,
+    /// Acknowledged event id → the JSON text of the payload posted for it.
+    pub payloads: BTreeMap<String, String>,
+    /// The JSON text of every payload posted, acknowledged or not (each
+    /// holds its event's number, so no two are the same).
+    pub posted: BTreeSet<String>,
     /// The idempotency keys of every batch posted, acknowledged or not.
     pub batches: Vec<Vec<String>>,
     pub offered: u64,
@@ -64,6 +70,12 @@ pub struct Workload {
 
 const TYPES: [&str; 3] = ["order.created", "order.paid", "user.deleted"];
 
+/// The payload of the `n`th event: its number makes it unique, and the
+/// text outside ASCII shows a body altered on its way (re-encoded, escaped).
+fn payload(n: u64) -> Value {
+    json!({"n": n, "note": "naïve café ☕"})
+}
+
 /// One request a producer keeps sending until it is answered.
 struct Post {
     path: &'static str,
@@ -72,6 +84,8 @@ struct Post {
     key: Option<String>,
     /// The key, or a batch's keys, for the trace.
     label: String,
+    /// The JSON text of each event's payload, in the order posted.
+    payloads: Vec<String>,
 }
 
 /// The range a seed draws its load from, in percent per step.
@@ -173,16 +187,19 @@ impl Workload {
         }
         self.next_key += 1;
         let key = format!("k{}", self.next_key);
+        let payload = payload(self.next_key);
+        let payloads = vec![payload.to_string()];
         let body = if self.rng.random_bool(0.5) {
             let targets: Vec<&str> =
                 self.endpoints.iter().filter(|_| self.rng.random_bool(0.4)).map(|e| e.id.as_str()).collect();
             let targets = if targets.is_empty() { vec![self.endpoints[0].id.as_str()] } else { targets };
-            json!({"type": "direct", "payload": {"n": self.next_key}, "endpoint_ids": targets})
+            json!({"type": "direct", "payload": payload, "endpoint_ids": targets})
         } else {
             let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
-            json!({"type": event_type, "payload": {"n": self.next_key}})
+            json!({"type": event_type, "payload": payload})
         };
-        self.produce_in_background(cluster, Post { path: "/v1/events", body, key: Some(key.clone()), label: key }, 1);
+        let post = Post { path: "/v1/events", body, key: Some(key.clone()), label: key, payloads };
+        self.produce_in_background(cluster, post, 1);
     }
 
     /// A few events of the subscribed types in one request, each with its
@@ -193,16 +210,19 @@ impl Workload {
         let count = self.rng.random_range(BATCH_EVENTS);
         let mut keys = Vec::with_capacity(count);
         let mut events = Vec::with_capacity(count);
+        let mut payloads = Vec::with_capacity(count);
         for _ in 0..count {
             self.next_key += 1;
             let key = format!("k{}", self.next_key);
             let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
-            events.push(json!({"type": event_type, "payload": {"n": self.next_key}, "idempotency_key": key}));
+            let payload = payload(self.next_key);
+            payloads.push(payload.to_string());
+            events.push(json!({"type": event_type, "payload": payload, "idempotency_key": key}));
             keys.push(key);
         }
         let label = keys.join(",");
         self.ledger.lock().unwrap_or_else(|p| p.into_inner()).batches.push(keys);
-        let post = Post { path: "/v1/events/batch", body: json!({"events": events}), key: None, label };
+        let post = Post { path: "/v1/events/batch", body: json!({"events": events}), key: None, label, payloads };
         self.produce_in_background(cluster, post, count as u64);
     }
 
@@ -215,6 +235,7 @@ impl Workload {
             let mut counts = ledger.lock().unwrap_or_else(|p| p.into_inner());
             counts.offered += events;
             counts.in_flight += 1;
+            counts.posted.extend(post.payloads.iter().cloned());
         }
         tokio::spawn(async move {
             Self::produce(order, &post, &ledger, &trace).await;
@@ -230,13 +251,14 @@ impl Workload {
             let answer = call(router, "POST", post.path, Some(post.body.clone()), post.key.as_deref()).await;
             match answer {
                 Some(a) if a.status.is_success() => {
-                    // A batch answers one result per event; a single post, the event.
+                    // A batch answers one result per event, in the order
+                    // posted; a single post, the event.
                     let results = match a.body["events"].as_array() {
                         Some(results) => results.iter().collect(),
                         None => vec![&a.body],
                     };
                     let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
-                    for result in results {
+                    for (result, payload) in results.into_iter().zip(&post.payloads) {
                         let Some(id) = result["id"].as_str() else { continue };
                         let deliveries: Vec<(String, String)> = result["deliveries"]
                             .as_array()
@@ -249,6 +271,7 @@ impl Workload {
                             .collect();
                         trace.record(format!("workload acked {} {id} {}", post.label, deliveries.len()));
                         ledger.acked.insert(id.to_string(), deliveries);
+                        ledger.payloads.insert(id.to_string(), payload.clone());
                     }
                     return;
                 }

@@ -17,6 +17,7 @@ use crate::check::{self, Kind, Taps, Violation};
 use crate::clock::{DRIFT_PPM_MAX, SKEW_MS_MAX, SimClock};
 use crate::cluster::{Cluster, SimNode, elapsed_ms};
 use crate::faults::Faults;
+use crate::keys::RunKeys;
 use crate::net::SimNet;
 use crate::receivers::{Behavior, Receivers};
 use crate::trace::Trace;
@@ -36,6 +37,9 @@ pub struct Options {
     /// Chance in a hundred per 20 ms step that a producer posts; `None`
     /// lets the seed draw it (see [`Workload::new`]).
     pub post_percent: Option<u32>,
+    /// Nodes seal payloads under a keyring made from the seed (see
+    /// [`RunKeys`]); off, they store them in clear.
+    pub keyring: bool,
 }
 
 impl Options {
@@ -50,6 +54,7 @@ impl Options {
             endpoints: 6,
             shapes: Vec::new(),
             post_percent: None,
+            keyring: true,
         }
     }
 }
@@ -66,6 +71,9 @@ pub struct Report {
     pub trace_lines: u64,
     /// Virtual time the run took, formation to checks.
     pub virtual_ms: u64,
+    /// The final state's payloads by the key they are sealed under
+    /// (`clear` for none).
+    pub payload_keys: BTreeMap<String, u64>,
 }
 
 impl Report {
@@ -122,6 +130,11 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
         })
         .collect();
     let mut cluster = Cluster::new(nodes, net, receivers.clone(), tap.clone());
+    let keys = options.keyring.then(|| RunKeys::new(options.seed, options.fault_phase_ms)).transpose()?;
+    if let Some(keys) = &keys {
+        cluster.keyring = Some(keys.first.clone());
+        trace.record(format!("keyring {:?}", keys.first));
+    }
     let ids: Vec<NodeId> = cluster.nodes.keys().copied().collect();
     for id in &ids {
         cluster.start(*id).await?;
@@ -146,9 +159,17 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     let fault_end_ms = elapsed_ms(origin) + options.fault_phase_ms;
     workload.register(&cluster, &receivers, options.endpoints, fault_end_ms).await?;
     let mut faults = Faults::new(rng.random(), &options.shapes, trace.clone());
+    let mut rotate_at_ms = keys.as_ref().and_then(|k| k.rotate_after_ms).map(|after| elapsed_ms(origin) + after);
 
     // Fault phase.
     while elapsed_ms(origin) < fault_end_ms {
+        if let Some(keys) = &keys
+            && rotate_at_ms.is_some_and(|at| elapsed_ms(origin) >= at)
+        {
+            rotate_at_ms = None;
+            cluster.keyring = Some(keys.rotated.clone());
+            trace.record(format!("keyring rotated: nodes started from now seal under {}", keys.rotated.active_id()));
+        }
         faults.step(&mut cluster, elapsed_ms(origin)).await?;
         workload.step(&cluster);
         tokio::time::sleep(TICK).await;
@@ -192,6 +213,10 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     violations.extend(check::batches::check(&ledger, &final_state, &pruned));
     violations.extend(check::one_sender::check(&sends, 2 * SKEW_MS_MAX as u64 + 100));
     violations.extend(check::signatures::check(&sends));
+    violations.extend(check::payloads::sent(&ledger, &sends));
+    let (stored, payload_keys) = check::payloads::stored(&ledger, &final_state, keys.as_ref().map(|k| &*k.rotated));
+    trace.record(format!("payloads stored by key {payload_keys:?}"));
+    violations.extend(stored);
     if let Some(earlier) = &earlier {
         violations.extend(check::timeline::check(earlier, &final_state, &pruned, &sends));
     }
@@ -203,7 +228,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
             handle.crash().await;
         }
     }
-    Ok(finish(
+    let report = finish(
         options.seed,
         trace,
         violations,
@@ -211,7 +236,8 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
         sends.len(),
         faults.injected.clone(),
         elapsed_ms(origin),
-    ))
+    );
+    Ok(Report { payload_keys, ..report })
 }
 
 fn finish(
@@ -226,7 +252,17 @@ fn finish(
     for v in &violations {
         trace.record(format!("violation {} {:?} {}", v.checker, v.kind, v.detail));
     }
-    Report { seed, digest: trace.digest(), violations, acked, sends, faults, trace_lines: trace.lines(), virtual_ms }
+    Report {
+        seed,
+        digest: trace.digest(),
+        violations,
+        acked,
+        sends,
+        faults,
+        trace_lines: trace.lines(),
+        virtual_ms,
+        payload_keys: BTreeMap::new(),
+    }
 }
 
 /// Polls `done` every 100 ms of virtual time for at most `bound_ms`.

@@ -22,11 +22,21 @@ fn scenario(seed: u64, nodes: u64, shapes: &[Shape]) -> Report {
 /// A 20-second scenario drawing its faults from `shapes` (all when empty),
 /// under a steady load; it must end with no violation.
 fn mixed_scenario(seed: u64, nodes: u64, shapes: &[Shape]) -> Report {
+    checked(scenario_options(seed, nodes, shapes))
+}
+
+fn scenario_options(seed: u64, nodes: u64, shapes: &[Shape]) -> Options {
     let mut options = Options::new(seed);
     options.nodes = nodes;
     options.fault_phase_ms = 20_000;
     options.shapes = shapes.to_vec();
     options.post_percent = Some(60);
+    options
+}
+
+/// Runs `options`; the run must end with no violation, busy.
+fn checked(options: Options) -> Report {
+    let seed = options.seed;
     let report = run(options, None).expect("the simulator runs");
     assert!(report.violations.is_empty(), "seed {seed}: {:#?}", report.violations);
     assert!(report.acked > 100, "seed {seed}: only {} events acknowledged", report.acked);
@@ -101,6 +111,26 @@ fn wall_clock_steps_within_the_skew_bound_keep_one_sender_per_lease() {
 #[test]
 fn removing_and_re_adding_voters_under_partitions_loses_nothing() {
     scenario(111, 3, &[Shape::Membership, Shape::Split]);
+}
+
+/// The active key changes part way (seed 115 draws a rotation), and the
+/// crashes after it restart nodes that then seal under `k2` while the
+/// others still seal under `k1`: every node opens either, and receivers
+/// get the producers' JSON.
+#[test]
+fn a_key_rotated_part_way_leaves_payloads_under_both_keys() {
+    let report = scenario(115, 3, &[Shape::Crash]);
+    let under = |key: &str| report.payload_keys.get(key).copied().unwrap_or(0);
+    assert!(under("k1") > 0 && under("k2") > 0, "{:?}", report.payload_keys);
+}
+
+/// Nodes without a keyring store payloads in clear and send them as posted.
+#[test]
+fn nodes_without_a_keyring_store_payloads_in_clear() {
+    let mut options = scenario_options(104, 3, &[Shape::Crash]);
+    options.keyring = false;
+    let report = checked(options);
+    assert_eq!(report.payload_keys.keys().collect::<Vec<_>>(), ["clear"]);
 }
 
 #[test]

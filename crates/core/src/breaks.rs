@@ -9,6 +9,7 @@ thread_local! {
     static ACK_BEFORE_COMMIT: Cell<bool> = const { Cell::new(false) };
     static SPLIT_BATCH: Cell<bool> = const { Cell::new(false) };
     static PRUNE_ACTIVE: Cell<bool> = const { Cell::new(false) };
+    static SEND_SEALED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `--break fencing`: `apply` accepts outcomes whatever their token.
@@ -47,4 +48,14 @@ pub fn set_prune_active(on: bool) {
 
 pub fn prune_active() -> bool {
     PRUNE_ACTIVE.with(Cell::get)
+}
+
+/// `--break send-sealed`: an endpoint actor sends (and signs) a payload's
+/// bytes as stored, sealed, instead of the plaintext it opened.
+pub fn set_send_sealed(on: bool) {
+    SEND_SEALED.with(|c| c.set(on));
+}
+
+pub fn send_sealed() -> bool {
+    SEND_SEALED.with(Cell::get)
 }

@@ -334,6 +334,12 @@ impl EndpointState {
         };
         // Opened outside the state's lock.
         let opened = self.ctx.payloads.open_payload(&event_id, &event_type, &payload);
+        #[cfg(feature = "break")]
+        let opened = match opened {
+            // Deliberately wrong (simulator's `--break send-sealed`).
+            Ok(_) if hookraft_core::breaks::send_sealed() => Ok(payload.shared()),
+            opened => opened,
+        };
         Some(opened.map(|payload| AttemptPlan {
             delivery_id: queued.id,
             event_id,

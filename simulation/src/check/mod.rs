@@ -6,6 +6,7 @@ pub mod fencing;
 pub mod liveness;
 pub mod lost;
 pub mod one_sender;
+pub mod payloads;
 pub mod pruned;
 pub mod replicas;
 pub mod signatures;
