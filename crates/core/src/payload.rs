@@ -458,18 +458,20 @@ impl Keyring {
         let (key_id, cipher) = &self.keys[self.active];
         let mut nonce = [0u8; NONCE_BYTES];
         entropy.fill(&mut nonce);
-        let header = 3 + key_id.len() + NONCE_BYTES;
-        let mut bytes = Vec::with_capacity(header + plaintext.len() + TAG_BYTES);
-        bytes.extend_from_slice(&[SEALED_MARK, SEALED_V1, key_id.len() as u8]);
-        bytes.extend_from_slice(key_id.as_bytes());
-        bytes.extend_from_slice(&nonce);
-        bytes.extend_from_slice(plaintext);
+        let head = [SEALED_MARK, SEALED_V1, key_id.len() as u8];
+        let header = head.len() + key_id.len() + NONCE_BYTES;
+        // Laid out in the one allocation it is stored in (an exact-size
+        // iterator collects straight into it), then encrypted in place.
+        let parts = [&head[..], key_id.as_bytes(), &nonce, plaintext, &[0; TAG_BYTES]];
+        let mut bytes: Arc<[u8]> = parts.iter().flat_map(|part| part.iter().copied()).collect();
+        let buffer = Arc::get_mut(&mut bytes).expect("just made, so not shared");
+        let (body, tag_slot) = buffer[header..].split_at_mut(plaintext.len());
         let ad = associated_data(key_id, event_id, event_type);
         let tag = cipher
-            .encrypt_inout_detached(&XNonce::from(nonce), &ad, (&mut bytes[header..]).into())
+            .encrypt_inout_detached(&XNonce::from(nonce), &ad, body.into())
             .expect("a payload is far below XChaCha20's length limit");
-        bytes.extend_from_slice(&tag);
-        Payload(Arc::from(bytes))
+        tag_slot.copy_from_slice(&tag);
+        Payload(bytes)
     }
 
     /// The plaintext of `payload` for the event `event_id` of type
@@ -495,14 +497,16 @@ pub fn open(
     let key_id = sealed.key_id;
     let cipher = keyring.and_then(|ring| ring.cipher(key_id)).ok_or_else(|| OpenError::MissingKey(key_id.into()))?;
     let (ciphertext, tag) = sealed.body.split_at(sealed.body.len() - TAG_BYTES);
-    let mut plain = ciphertext.to_vec();
     let nonce = XNonce::try_from(sealed.nonce).map_err(|_| OpenError::Tampered(key_id.into()))?;
     let tag = Tag::try_from(tag).map_err(|_| OpenError::Tampered(key_id.into()))?;
     let ad = associated_data(key_id, event_id, event_type);
+    // Decrypted in place, in the allocation the request body shares.
+    let mut plain: Arc<[u8]> = Arc::from(ciphertext);
+    let buffer = Arc::get_mut(&mut plain).expect("just made, so not shared");
     cipher
-        .decrypt_inout_detached(&nonce, &ad, plain.as_mut_slice().into(), &tag)
+        .decrypt_inout_detached(&nonce, &ad, buffer.into(), &tag)
         .map_err(|_| OpenError::Tampered(key_id.into()))?;
-    Ok(Arc::from(plain))
+    Ok(plain)
 }
 
 #[cfg(test)]

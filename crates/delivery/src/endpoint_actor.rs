@@ -330,6 +330,12 @@ impl EndpointState {
             let guard = self.ctx.state.read();
             let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
             let event = guard.events.get(&delivery.event_id)?;
+            if !event.payload.is_sealed() {
+                // In clear: the stored bytes are the body, shared.
+                let payload = event.payload.shared();
+                let attempt_number = queued.attempt_count + 1;
+                return Some(Ok(AttemptPlan { delivery_id: queued.id, event_id: event.id, payload, attempt_number }));
+            }
             (event.id, event.event_type.clone(), event.payload.clone())
         };
         // Opened outside the state's lock.
