@@ -503,9 +503,7 @@ pub fn open(
     // Decrypted in place, in the allocation the request body shares.
     let mut plain: Arc<[u8]> = Arc::from(ciphertext);
     let buffer = Arc::get_mut(&mut plain).expect("just made, so not shared");
-    cipher
-        .decrypt_inout_detached(&nonce, &ad, buffer.into(), &tag)
-        .map_err(|_| OpenError::Tampered(key_id.into()))?;
+    cipher.decrypt_inout_detached(&nonce, &ad, buffer.into(), &tag).map_err(|_| OpenError::Tampered(key_id.into()))?;
     Ok(plain)
 }
 
