@@ -12,6 +12,7 @@
 //! - [`rebalance`]: the leader's shard placement, a pure function.
 //! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
 //! - [`payload`]: stored payloads, clear or sealed, and the keyring.
+//! - [`ordering`]: the per-key queue of ordered delivery (not yet wired in).
 //! - [`lifecycle`]: a delivery's lifecycle as the API shows it.
 //! - [`command`]: the replicated commands and their responses.
 //! - [`state`]: `ClusterState` and its deterministic `apply`.
@@ -31,6 +32,7 @@ pub mod entropy;
 pub mod ids;
 pub mod lifecycle;
 pub mod model;
+pub mod ordering;
 pub mod payload;
 pub mod ratelimit;
 pub mod rebalance;

@@ -1,0 +1,202 @@
+//! Ordered delivery per key: the pure queue of each (endpoint, key) pair.
+//!
+//! An endpoint that opts into ordering delivers the events of one key in
+//! the order they were committed: each gets the key's next sequence number
+//! (gap-free, from 1), and only the key's *head*, its lowest unsettled
+//! sequence, may be attempted. Keys are independent of each other.
+//!
+//! When the head is dead-lettered, [`OnDead`] decides: `Block` keeps it as
+//! the head, blocking the key until it is replayed or skipped; `Skip`
+//! settles it and lets the next one go. A replayed delivery goes back in
+//! its sequence's place. A key with nothing waiting keeps only its last
+//! sequence number, until retention forgets the key with its last event.
+//!
+//! Nothing here reads a clock or knows about shards: the replicated state
+//! applies these operations in log order, so every replica holds the same
+//! queues, and the endpoint's owner asks [`OrderedKeys::may_attempt`].
+//! This module is the queue alone; wiring it into the state and the
+//! endpoint actors is the work of `state` and `hookraft-delivery`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::ids::DeliveryId;
+
+/// What the dead head of a key does to the deliveries behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDead {
+    /// It stays the head: the key waits until it is replayed or skipped.
+    #[default]
+    Block,
+    /// It is settled as it is, and the next delivery of the key goes.
+    Skip,
+}
+
+/// One key's order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyOrder {
+    /// The last sequence number given out (0: none yet).
+    last_sequence: u64,
+    /// Unsettled deliveries in sequence order; the first is the head. A
+    /// dead one stays (under `Block`) until it is replayed or skipped, and
+    /// blocks the key while it is first.
+    waiting: VecDeque<Waiting>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Waiting {
+    sequence: u64,
+    delivery: DeliveryId,
+    dead: bool,
+}
+
+impl KeyOrder {
+    pub fn last_sequence(&self) -> u64 {
+        self.last_sequence
+    }
+
+    /// The delivery that may go next and its sequence, unless the key is
+    /// blocked or has nothing waiting.
+    pub fn head(&self) -> Option<(u64, DeliveryId)> {
+        self.waiting.front().filter(|w| !w.dead).map(|w| (w.sequence, w.delivery))
+    }
+
+    /// The dead head that blocks the key, if it is blocked.
+    pub fn blocked_by(&self) -> Option<(u64, DeliveryId)> {
+        self.waiting.front().filter(|w| w.dead).map(|w| (w.sequence, w.delivery))
+    }
+
+    /// Deliveries waiting, dead ones that block included.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn position(&self, delivery: &DeliveryId) -> Option<usize> {
+        self.waiting.iter().position(|w| w.delivery == *delivery)
+    }
+}
+
+/// Why an operation on a key's queue did nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    #[error("the key has no such delivery waiting")]
+    NotWaiting,
+    #[error("the key is not blocked")]
+    NotBlocked,
+}
+
+/// Every ordered key of the endpoints, by `K` (an endpoint and a key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderedKeys<K: Ord> {
+    keys: BTreeMap<K, KeyOrder>,
+}
+
+impl<K: Ord> Default for OrderedKeys<K> {
+    fn default() -> Self {
+        Self { keys: BTreeMap::new() }
+    }
+}
+
+impl<K: Ord + Clone> OrderedKeys<K> {
+    pub fn get(&self, key: &K) -> Option<&KeyOrder> {
+        self.keys.get(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Gives `delivery` the key's next sequence number and queues it last.
+    pub fn enqueue(&mut self, key: K, delivery: DeliveryId) -> u64 {
+        let order = self.keys.entry(key).or_default();
+        order.last_sequence += 1;
+        order.waiting.push_back(Waiting { sequence: order.last_sequence, delivery, dead: false });
+        order.last_sequence
+    }
+
+    /// Whether `delivery` of `key` may be attempted now: it is the head of
+    /// an unblocked key.
+    pub fn may_attempt(&self, key: &K, delivery: &DeliveryId) -> bool {
+        self.keys.get(key).and_then(KeyOrder::head).is_some_and(|(_, head)| head == *delivery)
+    }
+
+    /// The delivery was delivered: it leaves the queue, wherever it is (a
+    /// success may come for one behind the head: a replay out of order).
+    /// Returns the key's head, to be woken.
+    pub fn delivered(&mut self, key: &K, delivery: &DeliveryId) -> Result<Option<(u64, DeliveryId)>, OrderError> {
+        let order = self.keys.get_mut(key).ok_or(OrderError::NotWaiting)?;
+        let at = order.position(delivery).ok_or(OrderError::NotWaiting)?;
+        order.waiting.remove(at);
+        Ok(order.head())
+    }
+
+    /// The delivery was dead-lettered. Under `Block` it stays in its place,
+    /// dead, and blocks the key once it is first; under `Skip` it leaves the
+    /// queue. Returns the key's head.
+    pub fn dead(
+        &mut self,
+        key: &K,
+        delivery: &DeliveryId,
+        on_dead: OnDead,
+    ) -> Result<Option<(u64, DeliveryId)>, OrderError> {
+        let order = self.keys.get_mut(key).ok_or(OrderError::NotWaiting)?;
+        let at = order.position(delivery).ok_or(OrderError::NotWaiting)?;
+        match on_dead {
+            OnDead::Block => order.waiting[at].dead = true,
+            OnDead::Skip => drop(order.waiting.remove(at)),
+        }
+        Ok(order.head())
+    }
+
+    /// An operator skips the dead head that blocks the key: it leaves the
+    /// queue, dead. Returns the key's head (`None` if the next one is dead
+    /// too, and blocks in turn).
+    pub fn skip(&mut self, key: &K) -> Result<Option<(u64, DeliveryId)>, OrderError> {
+        let order = self.keys.get_mut(key).ok_or(OrderError::NotBlocked)?;
+        if order.blocked_by().is_none() {
+            return Err(OrderError::NotBlocked);
+        }
+        order.waiting.pop_front();
+        Ok(order.head())
+    }
+
+    /// A dead delivery of the key of `sequence` is replayed: one still
+    /// waiting goes again in its place (the blocking head first); one that
+    /// had left the queue (skipped) goes back in its sequence's place.
+    /// Returns the key's head.
+    pub fn replayed(&mut self, key: &K, sequence: u64, delivery: DeliveryId) -> Option<(u64, DeliveryId)> {
+        let order = self.keys.entry(key.clone()).or_default();
+        match order.position(&delivery) {
+            Some(at) => order.waiting[at].dead = false,
+            None => {
+                let at = order.waiting.partition_point(|w| w.sequence < sequence);
+                order.waiting.insert(at, Waiting { sequence, delivery, dead: false });
+                order.last_sequence = order.last_sequence.max(sequence);
+            }
+        }
+        order.head()
+    }
+
+    /// Retention forgot the key's delivery of `sequence`: when nothing of
+    /// the key waits and that was its last sequence, the key is forgotten
+    /// too (a later event of the key starts again at 1).
+    pub fn forgotten(&mut self, key: &K, sequence: u64) {
+        if let Some(order) = self.keys.get(key)
+            && order.waiting.is_empty()
+            && order.last_sequence <= sequence
+        {
+            self.keys.remove(key);
+        }
+    }
+
+    /// Keys blocked by a dead head, with that head, in key order.
+    pub fn blocked(&self) -> impl Iterator<Item = (&K, (u64, DeliveryId))> {
+        self.keys.iter().filter_map(|(key, order)| order.blocked_by().map(|head| (key, head)))
+    }
+}
+
+#[cfg(test)]
+mod tests;
