@@ -206,6 +206,7 @@ fn new_event(endpoint: EndpointId, seed: u8, payload: impl FnOnce(&EventId) -> P
         payload: payload(&id),
         idempotency_key: None,
         endpoint_ids: Some(vec![endpoint]),
+        ordering_key: None,
     }
 }
 

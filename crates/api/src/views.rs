@@ -5,7 +5,8 @@ use hookraft_core::breaker::BreakerStatus;
 use hookraft_core::clock::format_rfc3339_ms;
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::lifecycle::Stage;
-use hookraft_core::model::{Delivery, DeliveryState, Endpoint, Event, TimelineEntry};
+use hookraft_core::model::{Delivery, DeliveryState, Endpoint, Event, Ordering, TimelineEntry};
+use hookraft_core::ordering::OnDead;
 use hookraft_core::retry::RetryPolicy;
 use serde_json::{Value, json};
 
@@ -48,6 +49,8 @@ pub fn endpoint(e: &Endpoint) -> Value {
         "disabled": e.disabled,
         "disabled_reason": e.disabled_reason,
         "breaker": {"state": state, "open_until": opt_ts(e.breaker.open_until_ms())},
+        "ordering": match e.ordering { Ordering::None => "none", Ordering::PerKey { .. } => "per_key" },
+        "on_dead": e.ordering.on_dead().map(|d| match d { OnDead::Block => "block", OnDead::Skip => "skip" }),
         "created_at": ts(e.created_at_ms),
         "updated_at": ts(e.updated_at_ms),
     })
@@ -61,11 +64,13 @@ pub fn effective_state(ctx: &ApiContext, d: &Delivery) -> DeliveryState {
 
 /// A delivery; with its timeline, `lifecycle` is what [`lifecycle_entry`]
 /// renders (`hookraft_core::lifecycle`).
-pub fn delivery(ctx: &ApiContext, d: &Delivery, lifecycle: Option<&[Stage<'_>]>) -> Value {
+pub fn delivery(ctx: &ApiContext, d: &Delivery, ordering_key: Option<&str>, lifecycle: Option<&[Stage<'_>]>) -> Value {
     let mut view = json!({
         "id": d.id,
         "event_id": d.event_id,
         "endpoint_id": d.endpoint_id,
+        "ordering_key": ordering_key,
+        "sequence": (d.sequence != 0).then_some(d.sequence),
         "state": effective_state(ctx, d).as_str(),
         "attempt_count": d.attempt_count,
         "next_attempt_at": opt_ts(d.next_attempt_at_ms.get()),
@@ -134,6 +139,11 @@ pub fn timeline_entry(entry: &TimelineEntry) -> Value {
         TimelineEntry::Truncated { at_ms, dropped } => {
             json!({"kind": "truncated", "at": ts(*at_ms), "dropped": dropped})
         }
+        // Held in the delivery's `sequence`, never in its history.
+        TimelineEntry::Sequenced { at_ms, sequence } => {
+            json!({"kind": "sequenced", "at": ts(*at_ms), "sequence": sequence})
+        }
+        TimelineEntry::Skipped { at_ms } => json!({"kind": "skipped", "at": ts(*at_ms)}),
     }
 }
 
@@ -200,6 +210,7 @@ pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value
         "key_id": event.payload.key_id(),
         "received_at": ts(event.received_at_ms),
         "received_by": event.received_by,
+        "ordering_key": event.ordering_key,
         "idempotency_key": event.idempotency_key,
         "deliveries": deliveries.iter().map(|d| json!({
             "id": d.id, "endpoint_id": d.endpoint_id, "state": effective_state(ctx, d).as_str(),

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, Shard};
-use crate::model::{AttemptRecord, Endpoint};
+use crate::model::{AttemptRecord, Endpoint, Ordering};
 use crate::payload::Payload;
 use crate::retry::{Decision, RetryPolicy};
 use crate::signing::Secret;
@@ -112,6 +112,21 @@ pub enum Command {
         now_ms: u64,
         payloads: Vec<RewrappedPayload>,
     },
+    /// Changes whether (and how) an endpoint delivers each key's events in
+    /// order. Turning it off forgets the endpoint's keys; a later turn on
+    /// numbers keys from 1 again.
+    SetOrdering {
+        id: EndpointId,
+        ordering: Ordering,
+        now_ms: u64,
+    },
+    /// An operator skips the dead delivery blocking an ordering key of an
+    /// endpoint: it stays dead, marked skipped, and the key goes on.
+    SkipBlocked {
+        endpoint_id: EndpointId,
+        ordering_key: String,
+        now_ms: u64,
+    },
 }
 
 /// Most payloads one [`Command::RewrapPayloads`] carries.
@@ -139,8 +154,9 @@ pub struct EndpointPatch {
     pub disabled: Option<bool>,
 }
 
-/// An event as proposed by the node that received it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An event as proposed by the node that received it. Its encoding is
+/// versioned (`new_event_wire`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
     pub id: EventId,
     pub event_type: String,
@@ -152,7 +168,12 @@ pub struct NewEvent {
     pub idempotency_key: Option<String>,
     /// Explicit targets; `None` fans out by event type.
     pub endpoint_ids: Option<Vec<EndpointId>>,
+    /// At ordered endpoints, the event goes after the earlier events of
+    /// this key; `None`: it is ordered behind nothing.
+    pub ordering_key: Option<String>,
 }
+
+mod new_event_wire;
 
 /// The result of one attempt, reported by the endpoint's owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,6 +259,11 @@ pub enum Response {
     Rewrapped {
         rewrapped: u32,
         skipped: u32,
+    },
+    /// What a `SkipBlocked` skipped, and the key's new head if it has one.
+    SkippedBlocked {
+        skipped: DeliveryId,
+        next: Option<DeliveryId>,
     },
 }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId};
+use crate::ordering::OnDead;
 use crate::payload::Payload;
 use crate::retry::{RetryPolicy, RetryRule};
 use crate::signing::Secret;
@@ -37,8 +38,10 @@ pub const RESPONSE_EXCERPT_BYTES_MAX: usize = 1_024;
 /// summarised away so a replayed-forever delivery cannot grow without bound.
 pub const TIMELINE_ENTRIES_MAX: usize = 512;
 
-/// A customer endpoint and its delivery settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A customer endpoint and its delivery settings. Its encoding is
+/// versioned (`endpoint_wire`): endpoints written before `ordering`
+/// existed still decode.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
     pub id: EndpointId,
     pub url: String,
@@ -61,6 +64,29 @@ pub struct Endpoint {
     pub breaker: CircuitBreaker,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
+    /// Whether the events of one `ordering_key` are delivered in order.
+    pub ordering: Ordering,
+}
+
+/// Whether an endpoint delivers the events of one key in order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ordering {
+    /// Every delivery goes as soon as it is due.
+    #[default]
+    None,
+    /// The events of one `ordering_key` go one at a time, in the order they
+    /// were committed, each numbered (`crate::ordering`).
+    PerKey { on_dead: OnDead },
+}
+
+impl Ordering {
+    /// What a dead head does, when the endpoint is ordered.
+    pub fn on_dead(self) -> Option<OnDead> {
+        match self {
+            Ordering::None => None,
+            Ordering::PerKey { on_dead } => Some(on_dead),
+        }
+    }
 }
 
 /// A secret that stopped being current at a rotation.
@@ -91,6 +117,7 @@ impl Endpoint {
             breaker: CircuitBreaker::new(),
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
+            ordering: Ordering::None,
         }
     }
 
@@ -133,6 +160,9 @@ pub struct Event {
     pub received_by: Option<NodeId>,
     /// Set once its payload has been sealed again under another key.
     pub rewrapped: Option<Box<Rewrapped>>,
+    /// Orders it behind the earlier events of the same key, at endpoints
+    /// that deliver in order.
+    pub ordering_key: Option<Box<str>>,
 }
 
 /// When an event's payload was last sealed again, and what it was first
@@ -243,6 +273,17 @@ pub enum TimelineEntry {
         next_attempt_at_ms: u64,
         rule: RetryRule,
     },
+    /// The delivery's number in its key's order. Encoded right after
+    /// `Received` for an ordered delivery; in memory it is
+    /// [`Delivery::sequence`], never in the history.
+    Sequenced {
+        at_ms: u64,
+        sequence: u64,
+    },
+    /// An operator skipped this dead head of its key: the key went on.
+    Skipped {
+        at_ms: u64,
+    },
 }
 
 impl TimelineEntry {
@@ -256,7 +297,9 @@ impl TimelineEntry {
             | TimelineEntry::Dead { at_ms, .. }
             | TimelineEntry::Replayed { at_ms }
             | TimelineEntry::Truncated { at_ms, .. }
-            | TimelineEntry::RetryScheduled { at_ms, .. } => *at_ms,
+            | TimelineEntry::RetryScheduled { at_ms, .. }
+            | TimelineEntry::Sequenced { at_ms, .. }
+            | TimelineEntry::Skipped { at_ms } => *at_ms,
         }
     }
 }
@@ -308,6 +351,9 @@ pub struct Delivery {
     /// Attempts since the delivery was created or last replayed; bounded by
     /// the retry policy's `attempts_max`.
     pub cycle_attempts: u32,
+    /// Its number in its key's order at an ordered endpoint, from 1; 0 for
+    /// a delivery that is not ordered. (A `u32` fits the record's padding.)
+    pub sequence: u32,
     /// When the current cycle began; bounds it by the policy's `max_age_s`.
     pub cycle_started_at_ms: u64,
     /// When the next attempt is due (pending and retrying deliveries).
@@ -364,11 +410,13 @@ impl Delivery {
 
 impl Serialize for Delivery {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let timeline = wire::WholeTimeline { received_at_ms: self.created_at_ms, history: &self.history };
+        let timeline =
+            wire::WholeTimeline { received_at_ms: self.created_at_ms, sequence: self.sequence, history: &self.history };
         wire::DeliveryWire::of(self, timeline).serialize(serializer)
     }
 }
 
+mod endpoint_wire;
 mod event_wire;
 
 /// The encoded form of a [`Delivery`]: its fields in order, the timeline whole.
@@ -417,16 +465,23 @@ mod wire {
         }
     }
 
-    /// Encodes as the sequence `Received`, then the history.
+    /// Encodes as the sequence `Received`, `Sequenced` for an ordered
+    /// delivery, then the history.
     pub(super) struct WholeTimeline<'a> {
         pub(super) received_at_ms: u64,
+        pub(super) sequence: u32,
         pub(super) history: &'a [TimelineEntry],
     }
 
     impl Serialize for WholeTimeline<'_> {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            let mut seq = serializer.serialize_seq(Some(self.history.len() + 1))?;
+            let ordered = self.sequence != 0;
+            let mut seq = serializer.serialize_seq(Some(self.history.len() + 1 + usize::from(ordered)))?;
             seq.serialize_element(&TimelineEntry::Received { at_ms: self.received_at_ms })?;
+            if ordered {
+                let sequence = u64::from(self.sequence);
+                seq.serialize_element(&TimelineEntry::Sequenced { at_ms: self.received_at_ms, sequence })?;
+            }
             for entry in self.history {
                 seq.serialize_element(entry)?;
             }
@@ -444,6 +499,15 @@ mod wire {
                 _ => return Err(format!("delivery {}: its timeline must begin with its Received entry", w.id)),
             }
             timeline.remove(0);
+            let sequence = match timeline.first() {
+                Some(TimelineEntry::Sequenced { sequence, .. }) => {
+                    let sequence =
+                        u32::try_from(*sequence).map_err(|_| format!("delivery {}: sequence too large", w.id))?;
+                    timeline.remove(0);
+                    sequence
+                }
+                _ => 0,
+            };
             Ok(Delivery {
                 id: w.id,
                 event_id: w.event_id,
@@ -452,6 +516,7 @@ mod wire {
                 initial_state: w.initial_state,
                 attempt_count: w.attempt_count,
                 cycle_attempts: w.cycle_attempts,
+                sequence,
                 cycle_started_at_ms: w.cycle_started_at_ms,
                 next_attempt_at_ms: w.next_attempt_at_ms.into(),
                 created_at_ms: w.created_at_ms,

@@ -14,15 +14,29 @@
 //! Nothing here reads a clock or knows about shards: the replicated state
 //! applies these operations in log order, so every replica holds the same
 //! queues, and the endpoint's owner asks [`OrderedKeys::may_attempt`].
-//! This module is the queue alone; wiring it into the state and the
-//! endpoint actors is the work of `state` and `hookraft-delivery`.
+//! The state keeps one [`OrderedKeys`], placing each ordered delivery by
+//! its record after every change ([`OrderedKeys::place`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
+use serde::{Deserialize, Serialize};
+
 use crate::ids::DeliveryId;
 
+/// Where a delivery stands in its key's queue, as its record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Not settled: it waits for its turn, or is the head.
+    Waiting,
+    /// Dead under `Block`, neither replayed nor skipped: it blocks the key
+    /// when it is first.
+    Blocking,
+    /// Delivered, skipped, or dead under `Skip`: out of the queue.
+    Passed,
+}
+
 /// What the dead head of a key does to the deliveries behind it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum OnDead {
     /// It stays the head: the key waits until it is replayed or skipped.
     #[default]
@@ -32,7 +46,7 @@ pub enum OnDead {
 }
 
 /// One key's order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyOrder {
     /// The last sequence number given out (0: none yet).
     last_sequence: u64,
@@ -42,7 +56,7 @@ pub struct KeyOrder {
     waiting: VecDeque<Waiting>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Waiting {
     sequence: u64,
     delivery: DeliveryId,
@@ -85,7 +99,10 @@ pub enum OrderError {
 }
 
 /// Every ordered key of the endpoints, by `K` (an endpoint and a key).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Encoded in snapshots as it is: a key's last sequence outlives the
+/// records it was counted from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(serialize = "K: Serialize", deserialize = "K: Deserialize<'de> + Ord"))]
 pub struct OrderedKeys<K: Ord> {
     keys: BTreeMap<K, KeyOrder>,
 }
@@ -190,6 +207,44 @@ impl<K: Ord + Clone> OrderedKeys<K> {
         {
             self.keys.remove(key);
         }
+    }
+
+    /// Puts a delivery of `sequence` where its record says it stands (the
+    /// key's last sequence follows the highest seen). What the state calls
+    /// after each change of an ordered delivery, and to rebuild the queues
+    /// from the records after a snapshot is decoded.
+    pub fn place(&mut self, key: K, sequence: u64, delivery: DeliveryId, place: Place) {
+        let order = self.keys.entry(key).or_default();
+        order.last_sequence = order.last_sequence.max(sequence);
+        let at = order.position(&delivery);
+        match (place, at) {
+            (Place::Passed, Some(at)) => drop(order.waiting.remove(at)),
+            (Place::Passed, None) => {}
+            (Place::Waiting | Place::Blocking, Some(at)) => order.waiting[at].dead = place == Place::Blocking,
+            (Place::Waiting | Place::Blocking, None) => {
+                let at = order.waiting.partition_point(|w| w.sequence < sequence);
+                order.waiting.insert(at, Waiting { sequence, delivery, dead: place == Place::Blocking });
+            }
+        }
+    }
+
+    /// Forgets every key `belongs` says is of a deleted or unordered endpoint.
+    pub fn forget_where(&mut self, mut belongs: impl FnMut(&K) -> bool) {
+        self.keys.retain(|key, _| !belongs(key));
+    }
+
+    /// Every delivery waiting in a queue: its key, sequence, id, and
+    /// whether it is dead (blocking).
+    pub fn waiting_entries(&self) -> impl Iterator<Item = (&K, u64, DeliveryId, bool)> {
+        self.keys
+            .iter()
+            .flat_map(|(key, order)| order.waiting.iter().map(move |w| (key, w.sequence, w.delivery, w.dead)))
+    }
+
+    /// Keys in order from `from` on, each with the dead head that blocks it
+    /// (`None`: not blocked), for a bounded walk.
+    pub fn keys_from(&self, from: std::ops::Bound<&K>) -> impl Iterator<Item = (&K, Option<(u64, DeliveryId)>)> {
+        self.keys.range((from, std::ops::Bound::Unbounded)).map(|(key, order)| (key, order.blocked_by()))
     }
 
     /// Keys blocked by a dead head, with that head, in key order.

@@ -60,6 +60,7 @@ fn bench_attempt(c: &mut Criterion) {
             event_id,
             payload,
             attempt_number: 1,
+            ordering: None,
         };
         group.bench_function(name, |b| {
             b.iter(|| {

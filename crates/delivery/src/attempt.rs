@@ -20,6 +20,9 @@ pub struct AttemptPlan {
     pub payload: Arc<[u8]>,
     /// 1-based number of this attempt over the delivery's life.
     pub attempt_number: u32,
+    /// An ordered delivery's sequence and ordering key, sent as the
+    /// `webhook-sequence` and `webhook-ordering-key` headers.
+    pub ordering: Option<(u32, Box<str>)>,
 }
 
 /// Builds the signed request for `plan` to `target` (the endpoint's URL,
@@ -37,14 +40,21 @@ pub fn build_request(
     let signature = signature_header(&secrets, &plan.event_id.as_str(), timestamp_s, &plan.payload);
     WebhookRequest {
         url: target,
-        headers: vec![
-            ("content-type", "application/json".into()),
-            ("webhook-id", plan.event_id.to_string()),
-            ("webhook-timestamp", timestamp_s.to_string()),
-            ("webhook-signature", signature),
-            ("webhook-attempt", plan.attempt_number.to_string()),
-            ("hookraft-delivery-id", plan.delivery_id.to_string()),
-        ],
+        headers: {
+            let mut headers = vec![
+                ("content-type", "application/json".into()),
+                ("webhook-id", plan.event_id.to_string()),
+                ("webhook-timestamp", timestamp_s.to_string()),
+                ("webhook-signature", signature),
+                ("webhook-attempt", plan.attempt_number.to_string()),
+                ("hookraft-delivery-id", plan.delivery_id.to_string()),
+            ];
+            if let Some((sequence, key)) = &plan.ordering {
+                headers.push(("webhook-sequence", sequence.to_string()));
+                headers.push(("webhook-ordering-key", key.to_string()));
+            }
+            headers
+        },
         body: plan.payload.clone(),
         timeout: Duration::from_millis(u64::from(endpoint.timeout_ms)),
         origin,
@@ -142,6 +152,7 @@ mod tests {
             event_id,
             payload: Arc::from("{\"a\":1}".as_bytes()),
             attempt_number: 3,
+            ordering: None,
         };
         let target = Target::new(&endpoint.url);
         let request = build_request(&endpoint, target.clone(), &plan, now_ms, SendOrigin::default());

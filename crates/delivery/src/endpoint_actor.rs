@@ -243,11 +243,16 @@ impl EndpointState {
             }
             let id = head.id();
             let in_flight = self.in_flight.contains_key(&id);
-            let resolution = {
+            let (resolution, turn) = {
                 let guard = self.ctx.state.read();
-                resolve(head, in_flight, guard.deliveries.get(&id).map(|d| &**d), &self.endpoint_id)
+                let delivery = guard.deliveries.get(&id).map(|d| &**d);
+                // An ordered delivery goes only as its key's head.
+                (resolve(head, in_flight, delivery, &self.endpoint_id), delivery.is_none_or(|d| guard.may_attempt(d)))
             };
             match resolution {
+                // Not its turn: parked until the delivery before it settles
+                // and the observer wakes it (`hookraft-node`'s observer).
+                Resolution::Attempt(_) if !turn => self.queue.pop_head(),
                 Resolution::Attempt(queued) => return Some(Ok(queued)),
                 Resolution::Drop => self.queue.pop_head(),
                 Resolution::Move { due_ms } => {
@@ -326,17 +331,24 @@ impl EndpointState {
     /// opened with this node's keys. `None` when the delivery is no longer
     /// this endpoint's to attempt; an error when the payload cannot be opened.
     fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, OpenError>> {
-        let (event_id, event_type, payload) = {
+        let (event_id, event_type, payload, ordering) = {
             let guard = self.ctx.state.read();
             let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
             let event = guard.events.get(&delivery.event_id)?;
+            let ordering = guard.ordering_key(delivery).map(|key| (delivery.sequence, Box::from(key)));
             if !event.payload.is_sealed() {
                 // In clear: the stored bytes are the body, shared.
                 let payload = event.payload.shared();
                 let attempt_number = queued.attempt_count + 1;
-                return Some(Ok(AttemptPlan { delivery_id: queued.id, event_id: event.id, payload, attempt_number }));
+                return Some(Ok(AttemptPlan {
+                    delivery_id: queued.id,
+                    event_id: event.id,
+                    payload,
+                    attempt_number,
+                    ordering,
+                }));
             }
-            (event.id, event.event_type.clone(), event.payload.clone())
+            (event.id, event.event_type.clone(), event.payload.clone(), ordering)
         };
         // Opened outside the state's lock.
         let opened = self.ctx.payloads.open_payload(&event_id, &event_type, &payload);
@@ -351,6 +363,7 @@ impl EndpointState {
             event_id,
             payload,
             attempt_number: queued.attempt_count + 1,
+            ordering,
         }))
     }
 

@@ -328,6 +328,7 @@ mod tests {
             initial_state: DeliveryState::Pending,
             attempt_count: 5,
             cycle_attempts: 2,
+            sequence: 0,
             cycle_started_at_ms: 100,
             next_attempt_at_ms: next_attempt.into(),
             created_at_ms: 1,

@@ -32,8 +32,8 @@ impl SupervisorLink {
 
 impl ApplyObserver for SupervisorLink {
     /// The supervisor reads the state itself, outside the apply lock.
-    fn applied(&self, _state: &ClusterState, command: &Command, response: &Response) {
-        self.route(command, response);
+    fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
+        self.route(state, command, response);
     }
 
     fn snapshot_installed(&self, _state: &ClusterState) {
@@ -43,13 +43,30 @@ impl ApplyObserver for SupervisorLink {
 
 impl SupervisorLink {
     /// Sends what `command` means for the actors to the supervisor.
-    fn route(&self, command: &Command, response: &Response) {
+    fn route(&self, state: &ClusterState, command: &Command, response: &Response) {
         match (command, response) {
             (Command::Batch(commands), Response::Batch(responses)) => {
                 for (command, response) in commands.iter().zip(responses) {
-                    self.route(command, response);
+                    self.route(state, command, response);
                 }
             }
+            // An ordered delivery that settled lets its key's next one go:
+            // its actor parked it, so it is woken here.
+            (Command::RecordOutcomes { outcomes, .. }, Response::OutcomesApplied { applied, .. }) if *applied > 0 => {
+                let heads: Vec<(DeliveryId, EndpointId)> = outcomes
+                    .iter()
+                    .filter_map(|o| state.deliveries.get(&o.delivery_id))
+                    .filter(|d| d.sequence != 0)
+                    .filter_map(|d| Some((state.key_head(d)?, d.endpoint_id)))
+                    .collect();
+                if !heads.is_empty() {
+                    self.send(SupervisorMsg::Wake(group(heads.iter())));
+                }
+            }
+            (Command::SkipBlocked { endpoint_id, .. }, Response::SkippedBlocked { next: Some(next), .. }) => {
+                self.send(SupervisorMsg::Wake(vec![(*endpoint_id, vec![*next])]))
+            }
+            (Command::SetOrdering { id, .. }, Response::Ok) => self.send(SupervisorMsg::EndpointChanged(*id)),
             (Command::IngestEvents { .. } | Command::IngestEventsFrom { .. }, Response::Ingested { results }) => {
                 let created = results.iter().filter_map(|r| match r {
                     IngestResult::Created { deliveries, .. } => Some(deliveries.iter()),

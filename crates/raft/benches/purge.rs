@@ -42,6 +42,7 @@ fn entry(rng: &mut StdRng, index: u64) -> Entry {
             payload: format!("{{\"pad\":\"{}\"}}", "x".repeat(190)).into(),
             idempotency_key: None,
             endpoint_ids: None,
+            ordering_key: None,
         })
         .collect();
     Entry { log_id: log_id(index), payload: EntryPayload::Normal(Command::IngestEvents { now_ms: 1, events }.into()) }

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use crate::background::{self, Pace};
 use crate::codec::{decode, encode, encode_into};
 use crate::disk::{Batch, Disk, FileSlot, KvTree, NewFile};
+use hookraft_core::state::ClusterStateV1;
+
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
 const SNAPSHOT_FILE: &str = "hookraft-snapshot";
@@ -34,14 +36,24 @@ const LEGACY_KEY_DATA: &[u8] = b"current_data";
 /// What a snapshot's bytes decode to.
 #[derive(Debug, Deserialize)]
 pub(crate) enum SnapshotPayload {
-    V1 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
+    /// Before ordered delivery: the state holds no ordered keys.
+    V1 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV1 },
+    /// The state ends with its ordered keys' queues.
+    V2 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
 }
 
 /// The borrowed twin of [`SnapshotPayload`], so a snapshot is encoded
 /// straight from the live state without a copy. Same variants, same order.
 #[derive(Serialize)]
 enum SnapshotPayloadRef<'a> {
-    V1 { last_applied: &'a Option<LogId>, last_membership: &'a StoredMembership, state: &'a ClusterState },
+    /// Never written now; here so `V2` keeps its position.
+    #[allow(dead_code)]
+    V1,
+    V2 {
+        last_applied: &'a Option<LogId>,
+        last_membership: &'a StoredMembership,
+        state: &'a ClusterState,
+    },
 }
 
 /// Encodes a snapshot of `state` as of `last_applied`, whole in memory (a
@@ -52,7 +64,7 @@ pub(crate) fn encode_payload(
     last_membership: &StoredMembership,
     state: &ClusterState,
 ) -> Result<Vec<u8>, Error> {
-    encode("snapshot", &SnapshotPayloadRef::V1 { last_applied, last_membership, state })
+    encode("snapshot", &SnapshotPayloadRef::V2 { last_applied, last_membership, state })
 }
 
 /// Decodes a snapshot's bytes and checks they say what `meta` says.
@@ -61,7 +73,10 @@ pub(crate) fn decode_payload(
     data: &[u8],
 ) -> Result<(Option<LogId>, StoredMembership, ClusterState), Error> {
     // The derived indexes and usage counters are rebuilt as the state decodes.
-    let SnapshotPayload::V1 { last_applied, last_membership, state } = decode("snapshot", data)?;
+    let (last_applied, last_membership, state) = match decode("snapshot", data)? {
+        SnapshotPayload::V1 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
+        SnapshotPayload::V2 { last_applied, last_membership, state } => (last_applied, last_membership, state),
+    };
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
             "snapshot {} holds state as of {last_applied:?} with membership {last_membership:?}, \
@@ -273,7 +288,7 @@ pub(crate) fn write_snapshot(
     pace: &mut Pace,
 ) -> Result<WrittenSnapshot, Error> {
     let last_applied = &meta.last_log_id;
-    let payload = SnapshotPayloadRef::V1 { last_applied, last_membership, state };
+    let payload = SnapshotPayloadRef::V2 { last_applied, last_membership, state };
     let payload_bytes = encode_into("snapshot", &payload, &mut PacedWriter::new(&mut *file, pace))? as u64;
     let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
     std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
@@ -334,6 +349,15 @@ mod tests {
             snapshot_id: "2-7-1".into(),
         };
         let (applied, members, decoded) = decode_payload(&meta, &data).expect("decodes");
+        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
+
+        // A snapshot of the first layout: variant V1, and the state without
+        // its ordered keys (here none: an empty map, one zero byte, last).
+        assert_eq!((data[0], data.last()), (1, Some(&0)), "V2, ending with no ordered key");
+        let mut first_layout = data.clone();
+        first_layout[0] = 0;
+        first_layout.pop();
+        let (applied, members, decoded) = decode_payload(&meta, &first_layout).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership, state));
     }
 

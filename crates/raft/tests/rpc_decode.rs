@@ -38,6 +38,7 @@ fn commands() -> Vec<Command> {
         payload: "{\"order\":1}".into(),
         idempotency_key: Some("k-1".into()),
         endpoint_ids: None,
+        ordering_key: None,
     };
     let outcome = Outcome {
         delivery_id: DeliveryId::derive(&event_id, &endpoint.id),

@@ -202,6 +202,7 @@ mod tests {
                 deliveries: Box::new([]),
                 received_by: Some(1),
                 rewrapped: None,
+                ordering_key: None,
             };
             state.events.insert(id, Box::new(event));
             ledger.payloads.insert(id.to_string(), posted.to_string());

@@ -107,7 +107,7 @@ async fn list(
             page_of(all, keep, limit, LIST_SCAN_MAX)
         }
     };
-    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, None)).collect();
+    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, state.ordering_key(d), None)).collect();
     Ok(axum::Json(json!({ "data": data, "next_cursor": page.next_cursor })))
 }
 
@@ -167,7 +167,7 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
     let delivery = state.deliveries.get(&id).ok_or_else(|| Problem::not_found(format!("no delivery {id}")))?;
     let event = state.events.get(&delivery.event_id).map(AsRef::as_ref);
     let stages = lifecycle(delivery, event, &state.grant_for(&delivery.endpoint_id));
-    Ok(axum::Json(views::delivery(&ctx, delivery, Some(&stages))))
+    Ok(axum::Json(views::delivery(&ctx, delivery, state.ordering_key(delivery), Some(&stages))))
 }
 
 async fn replay(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
@@ -209,6 +209,7 @@ mod tests {
             payload: "{}".into(),
             idempotency_key: None,
             endpoint_ids: Some(vec![to]),
+            ordering_key: None,
         };
         let disabled = |disabled| EndpointPatch { disabled: Some(disabled), ..Default::default() };
         state.apply(&Command::UpdateEndpoint { id: a, patch: disabled(true), now_ms: 2 });

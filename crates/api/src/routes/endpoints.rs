@@ -11,7 +11,8 @@ use axum::routing::{get, post};
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, EndpointPatch, ReplayTarget, Response};
 use hookraft_core::ids::{DeliveryId, EndpointId, IdParseError};
-use hookraft_core::model::{Endpoint, MAX_IN_FLIGHT_DEFAULT, TIMEOUT_MS_DEFAULT};
+use hookraft_core::model::{Endpoint, MAX_IN_FLIGHT_DEFAULT, Ordering, TIMEOUT_MS_DEFAULT};
+use hookraft_core::ordering::OnDead;
 use hookraft_core::signing::Secret;
 use hookraft_core::state::REPLAY_BATCH_MAX;
 use serde::Deserialize;
@@ -30,6 +31,8 @@ pub fn router() -> Router<Arc<ApiContext>> {
         .route("/v1/endpoints/{id}", get(read).patch(update).delete(remove))
         .route("/v1/endpoints/{id}/rotate-secret", post(rotate_secret))
         .route("/v1/endpoints/{id}/replay", post(replay_dead))
+        .route("/v1/endpoints/{id}/blocked-keys", get(blocked_keys))
+        .route("/v1/endpoints/{id}/blocked-keys/skip", post(skip_blocked))
 }
 
 #[derive(Deserialize)]
@@ -43,6 +46,32 @@ struct CreateEndpoint {
     rate_limit_per_s: Option<u32>,
     timeout_ms: Option<u32>,
     retry: Option<RetryInput>,
+    ordering: Option<String>,
+    on_dead: Option<String>,
+}
+
+/// `ordering` (`none` or `per_key`) and `on_dead` (`block` or `skip`,
+/// only with `per_key`) as the endpoint's [`Ordering`]; what is not given
+/// stays as in `current`.
+fn ordering_of(ordering: Option<&str>, on_dead: Option<&str>, current: Ordering) -> ApiResult<Ordering> {
+    let per_key = match ordering {
+        None => current != Ordering::None,
+        Some("none") => false,
+        Some("per_key") => true,
+        Some(other) => {
+            return Err(Problem::invalid(format!("ordering must be \"none\" or \"per_key\", not {other:?}")));
+        }
+    };
+    let on_dead = match on_dead {
+        None => current.on_dead().unwrap_or_default(),
+        Some(_) if !per_key => {
+            return Err(Problem::invalid("on_dead applies only to an endpoint with \"ordering\": \"per_key\""));
+        }
+        Some("block") => OnDead::Block,
+        Some("skip") => OnDead::Skip,
+        Some(other) => return Err(Problem::invalid(format!("on_dead must be \"block\" or \"skip\", not {other:?}"))),
+    };
+    Ok(if per_key { Ordering::PerKey { on_dead } } else { Ordering::None })
 }
 
 async fn create(
@@ -69,6 +98,7 @@ async fn create(
         rate_limit_per_s: body.rate_limit_per_s.map(validate::rate_limit).transpose()?,
         timeout_ms: validate::timeout_ms(body.timeout_ms.unwrap_or(TIMEOUT_MS_DEFAULT))?,
         retry: body.retry.unwrap_or_default().into_policy()?,
+        ordering: ordering_of(body.ordering.as_deref(), body.on_dead.as_deref(), Ordering::None)?,
         ..Endpoint::new(id, url, secret, now_ms)
     };
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
@@ -106,6 +136,8 @@ struct PatchEndpoint {
     timeout_ms: Option<u32>,
     retry: Option<RetryInput>,
     disabled: Option<bool>,
+    ordering: Option<String>,
+    on_dead: Option<String>,
 }
 
 async fn update(
@@ -114,7 +146,9 @@ async fn update(
     JsonBody(body): JsonBody<PatchEndpoint>,
 ) -> ApiResult<axum::Json<Value>> {
     let id: EndpointId = parse_id(&id)?;
-    endpoint_view(&ctx, &id)?; // 404 before validating
+    let current = ctx.state.read().endpoints.get(&id).map(|e| e.ordering);
+    let Some(current) = current else { return Err(Problem::not_found(format!("no endpoint {id}"))) }; // 404 before validating
+    let ordering = ordering_of(body.ordering.as_deref(), body.on_dead.as_deref(), current)?;
     if let Some(Some(types)) = &body.event_types {
         validate::event_types(types)?;
     }
@@ -132,7 +166,20 @@ async fn update(
         disabled: body.disabled,
     };
     let now_ms = ctx.clock.wall_ms();
-    commit(&ctx, Command::UpdateEndpoint { id, patch, now_ms }).await?;
+    let update = Command::UpdateEndpoint { id, patch, now_ms };
+    let command = if ordering == current {
+        update
+    } else {
+        // One entry: the settings and the ordering change together or not at all.
+        Command::Batch(vec![update, Command::SetOrdering { id, ordering, now_ms }])
+    };
+    // A batch's answers are not mapped to problems by `commit`: the
+    // endpoint may have been deleted since it was read.
+    if let Response::Batch(answers) = commit(&ctx, command).await?
+        && let Some(Response::NotFound { what }) = answers.first()
+    {
+        return Err(Problem::not_found(format!("no {what}")));
+    }
     endpoint_view(&ctx, &id).map(axum::Json)
 }
 
@@ -245,4 +292,55 @@ async fn replay_dead(
     }
     let next_cursor = after.map(|id| id.to_string());
     Ok((StatusCode::ACCEPTED, axum::Json(json!({ "replayed": replayed, "next_cursor": next_cursor }))))
+}
+
+/// Ordering keys one listing of blocked keys looks at, at most.
+pub const BLOCKED_SCAN_MAX: usize = 10_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockedQuery {
+    cursor: Option<String>,
+}
+
+/// `GET /v1/endpoints/{id}/blocked-keys`: the ordering keys a dead
+/// delivery blocks, with that delivery, in key order.
+async fn blocked_keys(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(id): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<BlockedQuery>,
+) -> ApiResult<axum::Json<Value>> {
+    let id: EndpointId = parse_id(&id)?;
+    let state = ctx.state.read();
+    if !state.endpoints.contains_key(&id) {
+        return Err(Problem::not_found(format!("no endpoint {id}")));
+    }
+    let (blocked, next) = state.blocked_keys(&id, query.cursor.as_deref(), BLOCKED_SCAN_MAX);
+    let data: Vec<Value> = blocked
+        .iter()
+        .map(|(key, sequence, head)| json!({"ordering_key": key, "delivery_id": head, "sequence": sequence}))
+        .collect();
+    Ok(axum::Json(json!({"data": data, "next_cursor": next})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkipBody {
+    ordering_key: String,
+}
+
+/// `POST /v1/endpoints/{id}/blocked-keys/skip`: the dead delivery blocking
+/// the key stays dead, marked skipped, and the key's next delivery goes.
+async fn skip_blocked(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<SkipBody>,
+) -> ApiResult<axum::Json<Value>> {
+    let endpoint_id: EndpointId = parse_id(&id)?;
+    let now_ms = ctx.clock.wall_ms();
+    let command = Command::SkipBlocked { endpoint_id, ordering_key: body.ordering_key, now_ms };
+    match commit(&ctx, command).await? {
+        Response::SkippedBlocked { skipped, next } => Ok(axum::Json(json!({"skipped": skipped, "next": next}))),
+        other => Err(Problem::internal(format!("unexpected answer to a skip: {other:?}"))),
+    }
 }

@@ -45,6 +45,7 @@ struct PostEvent<'a> {
     #[serde(borrow)]
     payload: &'a RawValue,
     endpoint_ids: Option<Vec<String>>,
+    ordering_key: Option<String>,
 }
 
 /// One event of `POST /v1/events/batch`: a [`PostEvent`] with its
@@ -57,6 +58,7 @@ struct BatchEvent<'a> {
     payload: &'a RawValue,
     endpoint_ids: Option<Vec<String>>,
     idempotency_key: Option<String>,
+    ordering_key: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -95,8 +97,14 @@ fn new_event(
     payload: &RawValue,
     endpoint_ids: Option<Vec<String>>,
     idempotency_key: Option<String>,
+    ordering_key: Option<String>,
 ) -> ApiResult<NewEvent> {
     validate::event_type(&event_type)?;
+    if let Some(key) = &ordering_key
+        && idempotency_key_text(key).is_none()
+    {
+        return Err(Problem::invalid(key_rule("ordering_key")));
+    }
     let endpoint_ids = match endpoint_ids {
         Some(ids) if ids.len() > ENDPOINT_IDS_MAX => {
             return Err(Problem::invalid(format!("endpoint_ids may list at most {ENDPOINT_IDS_MAX} endpoints")));
@@ -113,14 +121,14 @@ fn new_event(
     // Sealed here, before it is proposed: the log, snapshots and every
     // replica's state hold only what this returns.
     let payload = ctx.payloads.seal(&id, &event_type, payload.get());
-    Ok(NewEvent { id, event_type, payload, idempotency_key, endpoint_ids })
+    Ok(NewEvent { id, event_type, payload, idempotency_key, endpoint_ids, ordering_key })
 }
 
 async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {
     let key = idempotency_key(request.headers())?;
     let bytes = read_body(request, &(), true).await?;
     let body: PostEvent<'_> = parse_json(&bytes)?;
-    let event = new_event(ctx, body.r#type, body.payload, body.endpoint_ids, key)?;
+    let event = new_event(ctx, body.r#type, body.payload, body.endpoint_ids, key, body.ordering_key)?;
     // One look at the state for both the key and the budget; its own
     // statement, so the read guard is gone before `answer` reads again.
     let (existing, used, incoming) = {
@@ -174,7 +182,8 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
         let key = item.idempotency_key.map(|key| {
             idempotency_key_text(&key).ok_or_else(|| in_item(Problem::invalid(key_rule("idempotency_key"))))
         });
-        events.push(new_event(ctx, item.r#type, item.payload, item.endpoint_ids, key.transpose()?).map_err(in_item)?);
+        let event = new_event(ctx, item.r#type, item.payload, item.endpoint_ids, key.transpose()?, item.ordering_key);
+        events.push(event.map_err(in_item)?);
     }
     unknown_endpoints(ctx, &events)?;
     let _room = admit(ctx, &events)?;

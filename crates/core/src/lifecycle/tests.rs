@@ -28,6 +28,7 @@ fn fixture(payload: Payload) -> (Event, Delivery) {
         deliveries: Box::new([id]),
         received_by: Some(3),
         rewrapped: None,
+        ordering_key: None,
     };
     let delivery = Delivery {
         id,
@@ -37,6 +38,7 @@ fn fixture(payload: Payload) -> (Event, Delivery) {
         initial_state: DeliveryState::Pending,
         attempt_count: 0,
         cycle_attempts: 0,
+        sequence: 0,
         cycle_started_at_ms: 1_000,
         next_attempt_at_ms: OptionalMs::at(1_000),
         created_at_ms: 1_000,

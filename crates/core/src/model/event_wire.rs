@@ -18,10 +18,11 @@ use crate::ids::EventId;
 
 /// Starts the tagged layout: never an event id.
 const TAG: &str = "";
-/// The layout this build writes: the six first fields, `received_by`, `rewrapped`.
+/// The layout this build writes: the six first fields, `received_by`,
+/// `rewrapped`, `ordering_key`.
 const VERSION: u8 = 2;
 /// Elements of the current layout, tag and version included.
-const ELEMENTS: usize = 10;
+const ELEMENTS: usize = 11;
 
 impl Serialize for Event {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -36,6 +37,7 @@ impl Serialize for Event {
         tuple.serialize_element(&self.deliveries)?;
         tuple.serialize_element(&self.received_by)?;
         tuple.serialize_element(&self.rewrapped)?;
+        tuple.serialize_element(&self.ordering_key)?;
         tuple.end()
     }
 }
@@ -69,6 +71,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 deliveries: element(&mut seq, 5)?,
                 received_by: None,
                 rewrapped: None,
+                ordering_key: None,
             });
         }
         let version: u8 = element(&mut seq, 1)?;
@@ -84,6 +87,7 @@ impl<'de> Visitor<'de> for EventVisitor {
             deliveries: element(&mut seq, 7)?,
             received_by: element(&mut seq, 8)?,
             rewrapped: element(&mut seq, 9)?,
+            ordering_key: element(&mut seq, 10)?,
         })
     }
 }
@@ -148,7 +152,7 @@ mod tests {
         assert_eq!(event.received_at_ms, 42);
         assert_eq!(event.idempotency_key.as_deref(), Some("key-1"));
         assert_eq!(&*event.deliveries, &[delivery]);
-        assert_eq!((event.received_by, event.rewrapped), (None, None));
+        assert_eq!((event.received_by, event.rewrapped, event.ordering_key), (None, None, None));
     }
 
     #[test]
@@ -163,6 +167,7 @@ mod tests {
             deliveries: Box::new([delivery]),
             received_by: Some(3),
             rewrapped: Some(Box::new(Rewrapped { at_ms: 9, first_key_id: Some("k1".into()) })),
+            ordering_key: Some("customer-7".into()),
         };
         assert_eq!(from_bincode(&bincode_of(&event)), Ok(event));
     }

@@ -209,3 +209,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn placing_by_the_records_rebuilds_the_queue_whatever_their_order() {
+    let d = deliveries(4);
+    let mut built = OrderedKeys::default();
+    for delivery in &d {
+        built.enqueue("k", *delivery);
+    }
+    built.delivered(&"k", &d[0]).unwrap();
+    built.dead(&"k", &d[1], OnDead::Block).unwrap();
+    let mut placed = OrderedKeys::default();
+    placed.place("k", 3, d[2], Place::Waiting);
+    placed.place("k", 1, d[0], Place::Passed);
+    placed.place("k", 4, d[3], Place::Waiting);
+    placed.place("k", 2, d[1], Place::Blocking);
+    assert_eq!(placed, built);
+    // Placing again moves a delivery, never duplicates it.
+    placed.place("k", 2, d[1], Place::Waiting);
+    assert_eq!(placed.get(&"k").unwrap().head(), Some((2, d[1])));
+    assert_eq!(placed.get(&"k").unwrap().waiting(), 3);
+    placed.forget_where(|key| *key == "k");
+    assert!(placed.is_empty());
+}

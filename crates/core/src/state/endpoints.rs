@@ -3,7 +3,7 @@
 use super::ClusterState;
 use crate::command::{EndpointPatch, Response};
 use crate::ids::EndpointId;
-use crate::model::{DeliveryState, Endpoint, OptionalMs, RetiredSecret, TimelineEntry};
+use crate::model::{DeliveryState, Endpoint, OptionalMs, Ordering, RetiredSecret, TimelineEntry};
 use crate::signing::Secret;
 
 /// Retired secrets kept per endpoint; a rotation past this drops the oldest.
@@ -81,7 +81,18 @@ impl ClusterState {
         }
         self.dead_letter_active(id, "endpoint deleted", now_ms);
         self.endpoints.remove(id);
+        self.forget_ordered_endpoint(id);
         self.fanout.invalidate();
+        Response::Ok
+    }
+
+    pub(super) fn set_ordering(&mut self, id: &EndpointId, ordering: Ordering, now_ms: u64) -> Response {
+        let Some(endpoint) = self.endpoints.get_mut(id) else { return not_found(id) };
+        let before = std::mem::replace(&mut endpoint.ordering, ordering);
+        if before != ordering {
+            endpoint.updated_at_ms = now_ms;
+            self.ordering_changed(id, before);
+        }
         Response::Ok
     }
 

@@ -51,12 +51,14 @@ impl ClusterState {
                 initial_state: DeliveryState::Pending,
                 attempt_count: 0,
                 cycle_attempts: 0,
+                sequence: 0,
                 cycle_started_at_ms: now_ms,
                 next_attempt_at_ms: OptionalMs::at(now_ms),
                 created_at_ms: now_ms,
                 updated_at_ms: now_ms,
                 history: Box::default(),
             };
+            self.sequence_new(&endpoint_id, new.ordering_key.as_deref(), &mut delivery);
             if disabled {
                 // Explicitly targeted at a disabled endpoint: keep it, dead-lettered, replayable.
                 delivery.state = DeliveryState::Dead;
@@ -68,7 +70,12 @@ impl ClusterState {
                 self.index_delivery(&id, &endpoint_id, true);
             }
             self.count_bytes(delivery_bytes(&delivery), true);
+            let ordered = delivery.sequence != 0;
             self.deliveries.insert(id, Arc::new(delivery));
+            if ordered && disabled {
+                // Created dead: it blocks its key, or passes, by the endpoint's rule.
+                self.place_ordered(&id);
+            }
             created.push((id, endpoint_id));
         }
 
@@ -84,6 +91,7 @@ impl ClusterState {
             deliveries: created.iter().map(|(d, _)| *d).collect(),
             received_by,
             rewrapped: None,
+            ordering_key: new.ordering_key.as_deref().map(Box::from),
         });
         self.count_bytes(event_bytes(&event), true);
         self.events.insert(new.id, event);

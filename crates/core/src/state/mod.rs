@@ -11,6 +11,7 @@ mod cluster;
 mod endpoints;
 mod fanout;
 mod ingest;
+mod ordered;
 mod outcomes;
 mod prune;
 mod replay;
@@ -32,7 +33,7 @@ pub use usage::{Usage, delivery_bytes, event_bytes, new_event_bytes};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "Encoded")]
+#[serde(from = "Encoded<Ordered>")]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
     /// Events and deliveries are boxed: a B-tree node keeps slack for 11
@@ -88,12 +89,17 @@ pub struct ClusterState {
     /// a decode (`state/usage.rs`).
     #[serde(skip)]
     usage: Usage,
+    /// Each ordered key's queue, kept by every apply that changes an
+    /// ordered delivery (`state/ordered.rs`). Encoded last: a snapshot of
+    /// the first layout has none (`ClusterStateV1`).
+    ordered: crate::ordering::OrderedKeys<ordered::OrderKey>,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
 /// decoding goes through it so that the derived indexes are rebuilt.
+/// `O` is the ordered keys' queues, or `()` (nothing) in the first layout.
 #[derive(Deserialize)]
-struct Encoded {
+struct Encoded<O> {
     endpoints: BTreeMap<EndpointId, Endpoint>,
     events: DenseMap<EventId, Box<Event>>,
     deliveries: DenseMap<DeliveryId, Arc<Delivery>>,
@@ -103,11 +109,50 @@ struct Encoded {
     shards: Vec<ShardGrant>,
     last_token: u64,
     outcomes_rejected_stale: u64,
+    ordered: O,
 }
 
-impl From<Encoded> for ClusterState {
-    fn from(encoded: Encoded) -> Self {
+type Ordered = crate::ordering::OrderedKeys<ordered::OrderKey>;
+
+/// A state encoded before ordered delivery existed (a `V1` snapshot): it
+/// holds no ordered key.
+#[derive(Debug, Deserialize)]
+#[serde(from = "Encoded<()>")]
+pub struct ClusterStateV1(pub ClusterState);
+
+impl From<Encoded<()>> for ClusterStateV1 {
+    fn from(encoded: Encoded<()>) -> Self {
+        let Encoded {
+            endpoints,
+            events,
+            deliveries,
+            idempotency,
+            active,
+            nodes,
+            shards,
+            last_token,
+            outcomes_rejected_stale,
+            ordered: (),
+        } = encoded;
+        Self(ClusterState::from(Encoded {
+            endpoints,
+            events,
+            deliveries,
+            idempotency,
+            active,
+            nodes,
+            shards,
+            last_token,
+            outcomes_rejected_stale,
+            ordered: Ordered::default(),
+        }))
+    }
+}
+
+impl From<Encoded<Ordered>> for ClusterState {
+    fn from(encoded: Encoded<Ordered>) -> Self {
         let dead = dead_index(&encoded.deliveries);
+        let ordered = encoded.ordered;
         let mut state = Self {
             endpoints: encoded.endpoints,
             events: encoded.events,
@@ -122,6 +167,7 @@ impl From<Encoded> for ClusterState {
             fanout: fanout::Fanout::default(),
             dead,
             usage: Usage::default(),
+            ordered,
         };
         state.recount_usage();
         state
@@ -194,6 +240,7 @@ impl Default for ClusterState {
             fanout: fanout::Fanout::default(),
             dead: BTreeMap::new(),
             usage: Usage::default(),
+            ordered: Default::default(),
         }
     }
 }
@@ -221,6 +268,10 @@ impl ClusterState {
             Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
             Command::Prune { before_ms, max_events, .. } => self.prune(*before_ms, *max_events),
             Command::RewrapPayloads { now_ms, payloads } => self.rewrap(payloads, *now_ms),
+            Command::SetOrdering { id, ordering, now_ms } => self.set_ordering(id, *ordering, *now_ms),
+            Command::SkipBlocked { endpoint_id, ordering_key, now_ms } => {
+                self.skip_blocked(endpoint_id, ordering_key, *now_ms)
+            }
         }
     }
 
@@ -246,7 +297,11 @@ impl ClusterState {
         let before = delivery_bytes(delivery);
         let result = change(delivery);
         let after = delivery_bytes(delivery);
+        let ordered = delivery.sequence != 0;
         self.recount_delivery(before, after);
+        if ordered {
+            self.place_ordered(id);
+        }
         Some(result)
     }
 
@@ -339,6 +394,7 @@ impl ClusterState {
         if self.shards.iter().any(|g| g.token > self.last_token) {
             return Err("a shard token is above the last token granted".into());
         }
+        self.check_ordered()?;
         let counted = self.counted_usage();
         if self.usage != counted {
             return Err(format!("usage counters say {:?}, the records {counted:?}", self.usage));

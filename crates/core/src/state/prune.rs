@@ -32,6 +32,7 @@ impl ClusterState {
             self.count_bytes(event_bytes(&event), false);
             for delivery_id in &event.deliveries {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {
+                    self.forget_ordered(&delivery, &event);
                     if delivery.state == DeliveryState::Dead {
                         self.index_dead(delivery_id, &delivery.endpoint_id, false);
                     }

@@ -108,7 +108,9 @@ fn entry_bytes(entry: &TimelineEntry) -> u64 {
             | TimelineEntry::LegacyRetryScheduled { .. }
             | TimelineEntry::Delivered { .. }
             | TimelineEntry::Replayed { .. }
-            | TimelineEntry::Truncated { .. } => 0,
+            | TimelineEntry::Truncated { .. }
+            | TimelineEntry::Sequenced { .. }
+            | TimelineEntry::Skipped { .. } => 0,
         }
 }
 

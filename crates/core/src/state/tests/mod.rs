@@ -8,6 +8,7 @@
 mod cluster;
 mod encoding;
 mod ingest;
+mod ordered;
 mod outcomes;
 mod prune;
 mod replay;
@@ -41,6 +42,7 @@ fn event(rng: &mut StdRng, event_type: &str, key: Option<&str>, targets: Option<
         payload: "{\"n\":1}".into(),
         idempotency_key: key.map(str::to_string),
         endpoint_ids: targets,
+        ordering_key: None,
     }
 }
 

@@ -1,0 +1,175 @@
+//! The encoded form of an [`Endpoint`].
+//!
+//! The first layout was the endpoint's fields from `id` to
+//! `updated_at_ms`, starting with the id's text. The current one starts
+//! with an empty string (no endpoint id is empty), then the layout
+//! version, the id, the same fields, and `ordering`. Decoding reads the
+//! first string and picks the layout from it.
+
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{Endpoint, Ordering, RetiredSecret};
+use crate::breaker::CircuitBreaker;
+use crate::ids::EndpointId;
+use crate::retry::RetryPolicy;
+use crate::signing::Secret;
+
+const TAG: &str = "";
+/// The layout this build writes: the first layout's fields, then `ordering`.
+const VERSION: u8 = 2;
+/// Elements of the current layout: tag, version, id, the rest, ordering.
+const ELEMENTS: usize = 5;
+
+/// Every field of the first layout after the id, in its order.
+#[derive(Serialize, Deserialize)]
+struct Rest {
+    url: String,
+    description: Option<String>,
+    secret: Secret,
+    previous_secrets: Vec<RetiredSecret>,
+    event_types: Option<Vec<String>>,
+    max_in_flight: u32,
+    rate_limit_per_s: Option<u32>,
+    timeout_ms: u32,
+    retry: RetryPolicy,
+    disabled: bool,
+    disabled_reason: Option<String>,
+    breaker: CircuitBreaker,
+    created_at_ms: u64,
+    updated_at_ms: u64,
+}
+
+impl Rest {
+    fn of(e: &Endpoint) -> Self {
+        Self {
+            url: e.url.clone(),
+            description: e.description.clone(),
+            secret: e.secret.clone(),
+            previous_secrets: e.previous_secrets.clone(),
+            event_types: e.event_types.clone(),
+            max_in_flight: e.max_in_flight,
+            rate_limit_per_s: e.rate_limit_per_s,
+            timeout_ms: e.timeout_ms,
+            retry: e.retry,
+            disabled: e.disabled,
+            disabled_reason: e.disabled_reason.clone(),
+            breaker: e.breaker.clone(),
+            created_at_ms: e.created_at_ms,
+            updated_at_ms: e.updated_at_ms,
+        }
+    }
+
+    fn into_endpoint(self, id: EndpointId, ordering: Ordering) -> Endpoint {
+        Endpoint {
+            id,
+            url: self.url,
+            description: self.description,
+            secret: self.secret,
+            previous_secrets: self.previous_secrets,
+            event_types: self.event_types,
+            max_in_flight: self.max_in_flight,
+            rate_limit_per_s: self.rate_limit_per_s,
+            timeout_ms: self.timeout_ms,
+            retry: self.retry,
+            disabled: self.disabled,
+            disabled_reason: self.disabled_reason,
+            breaker: self.breaker,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            ordering,
+        }
+    }
+}
+
+/// Endpoints are few and encoded rarely (registration, snapshots), so the
+/// copy into [`Rest`] costs nothing that matters.
+impl Serialize for Endpoint {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut tuple = serializer.serialize_tuple(ELEMENTS)?;
+        tuple.serialize_element(TAG)?;
+        tuple.serialize_element(&VERSION)?;
+        tuple.serialize_element(&self.id)?;
+        tuple.serialize_element(&Rest::of(self))?;
+        tuple.serialize_element(&self.ordering)?;
+        tuple.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_tuple(ELEMENTS, EndpointVisitor)
+    }
+}
+
+struct EndpointVisitor;
+
+impl<'de> Visitor<'de> for EndpointVisitor {
+    type Value = Endpoint;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an endpoint")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Endpoint, A::Error> {
+        let first: String = element(&mut seq, 0)?;
+        if first != TAG {
+            let id = EndpointId::parse(&first).map_err(de::Error::custom)?;
+            let rest: Rest = element(&mut seq, 1)?;
+            return Ok(rest.into_endpoint(id, Ordering::None));
+        }
+        let version: u8 = element(&mut seq, 1)?;
+        if version != VERSION {
+            return Err(de::Error::custom(format!(
+                "endpoint layout {version} is not one this build reads ({VERSION})"
+            )));
+        }
+        let id: EndpointId = element(&mut seq, 2)?;
+        let rest: Rest = element(&mut seq, 3)?;
+        Ok(rest.into_endpoint(id, element(&mut seq, 4)?))
+    }
+}
+
+fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: &mut A, index: usize) -> Result<T, A::Error> {
+    seq.next_element()?.ok_or_else(|| de::Error::invalid_length(index, &EndpointVisitor))
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+    use crate::ordering::OnDead;
+
+    fn bincode_of<T: Serialize>(value: &T) -> Vec<u8> {
+        bincode::serde::encode_to_vec(value, bincode::config::standard()).expect("encodes")
+    }
+
+    fn from_bincode(bytes: &[u8]) -> Result<Endpoint, String> {
+        bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map(|(v, _)| v).map_err(|e| e.to_string())
+    }
+
+    fn endpoint() -> Endpoint {
+        let mut rng = StdRng::seed_from_u64(2);
+        let secret = Secret::from_key(vec![3; 32]).unwrap();
+        Endpoint::new(EndpointId::generate(5, &mut rng), "https://example.com/h".into(), secret, 5)
+    }
+
+    #[test]
+    fn an_endpoint_of_the_first_layout_decodes_unordered() {
+        let e = endpoint();
+        // The first layout: the id's text, then the rest of the fields.
+        let old = bincode_of(&(e.id, Rest::of(&e)));
+        assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn the_current_layout_round_trips_with_its_ordering() {
+        let e = Endpoint { ordering: Ordering::PerKey { on_dead: OnDead::Skip }, ..endpoint() };
+        assert_eq!(from_bincode(&bincode_of(&e)), Ok(e));
+    }
+}

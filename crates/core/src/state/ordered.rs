@@ -1,0 +1,197 @@
+//! Ordered delivery per key in the replicated state: the per-key queues
+//! (`crate::ordering`), kept by every apply that changes an ordered
+//! delivery and encoded with the state.
+//!
+//! A delivery is ordered when it was created for an endpoint with
+//! `Ordering::PerKey` from an event with an `ordering_key`: it then has a
+//! sequence (from 1, gap-free per endpoint and key). Only its key's head
+//! may be attempted ([`ClusterState::may_attempt`]).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::ClusterState;
+use crate::command::Response;
+use crate::dense::DenseMap;
+use crate::ids::{DeliveryId, EndpointId, EventId};
+use crate::model::{Delivery, DeliveryState, Endpoint, Event, Ordering, TimelineEntry};
+use crate::ordering::{OnDead, Place};
+
+/// An endpoint and an ordering key.
+pub type OrderKey = (EndpointId, Box<str>);
+
+/// A blocked key, its dead head's sequence and the head.
+pub type BlockedKey = (Box<str>, u64, DeliveryId);
+
+/// Where an ordered delivery stands in its key's queue, from its record.
+fn place_of(delivery: &Delivery, on_dead: OnDead) -> Place {
+    match delivery.state {
+        DeliveryState::Pending | DeliveryState::Attempting | DeliveryState::Retrying => Place::Waiting,
+        DeliveryState::Delivered => Place::Passed,
+        DeliveryState::Dead => {
+            let skipped = matches!(delivery.history.last(), Some(TimelineEntry::Skipped { .. }));
+            if on_dead == OnDead::Block && !skipped { Place::Blocking } else { Place::Passed }
+        }
+    }
+}
+
+/// The queue key of an ordered delivery: its endpoint's, if that is still
+/// ordered, and its event's `ordering_key`.
+fn key_of(
+    delivery: &Delivery,
+    events: &DenseMap<EventId, Box<Event>>,
+    endpoints: &BTreeMap<EndpointId, Endpoint>,
+) -> Option<(OrderKey, OnDead)> {
+    if delivery.sequence == 0 {
+        return None;
+    }
+    let on_dead = endpoints.get(&delivery.endpoint_id)?.ordering.on_dead()?;
+    let key = events.get(&delivery.event_id)?.ordering_key.clone()?;
+    Some(((delivery.endpoint_id, key), on_dead))
+}
+
+impl ClusterState {
+    /// Numbers a delivery just created in its key's order, when its
+    /// endpoint is ordered and its event has a key.
+    pub(super) fn sequence_new(&mut self, endpoint: &EndpointId, key: Option<&str>, delivery: &mut Delivery) {
+        let ordered = self.endpoints.get(endpoint).is_some_and(|e| e.ordering != Ordering::None);
+        if let (true, Some(key)) = (ordered, key) {
+            let sequence = self.ordered.enqueue((*endpoint, key.into()), delivery.id);
+            delivery.sequence = u32::try_from(sequence).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// Puts an ordered delivery where its record now says, after a change.
+    pub(super) fn place_ordered(&mut self, id: &DeliveryId) {
+        let Some(delivery) = self.deliveries.get(id) else { return };
+        if let Some((key, on_dead)) = key_of(delivery, &self.events, &self.endpoints) {
+            let place = place_of(delivery, on_dead);
+            self.ordered.place(key, u64::from(delivery.sequence), *id, place);
+        }
+    }
+
+    /// Retention takes out an ordered delivery (its event is pruned).
+    pub(super) fn forget_ordered(&mut self, delivery: &Delivery, event: &Event) {
+        if delivery.sequence != 0
+            && let Some(key) = &event.ordering_key
+        {
+            self.ordered.forgotten(&(delivery.endpoint_id, key.clone()), u64::from(delivery.sequence));
+        }
+    }
+
+    /// An endpoint was deleted or stopped ordering: its keys go.
+    pub(super) fn forget_ordered_endpoint(&mut self, endpoint: &EndpointId) {
+        self.ordered.forget_where(|(e, _)| e == endpoint);
+    }
+
+    /// Checks the queues against the records: every waiting delivery exists,
+    /// is of its key and waits (or blocks) as its record says.
+    pub(super) fn check_ordered(&self) -> Result<(), String> {
+        for ((endpoint, key), sequence, id, dead) in self.ordered.waiting_entries() {
+            let Some(delivery) = self.deliveries.get(&id) else {
+                return Err(format!("ordered key {key:?} of {endpoint} waits on a missing delivery {id}"));
+            };
+            let Some(((_, its_key), on_dead)) = key_of(delivery, &self.events, &self.endpoints) else {
+                return Err(format!("{id} waits in an ordered key but is not ordered"));
+            };
+            let expected = if dead { Place::Blocking } else { Place::Waiting };
+            if *its_key != **key || u64::from(delivery.sequence) != sequence || place_of(delivery, on_dead) != expected
+            {
+                return Err(format!("{id} waits in key {key:?} at {sequence} as {expected:?}, its record disagrees"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `delivery` may be attempted now as far as ordering goes:
+    /// it is not ordered, or it is its key's head.
+    pub fn may_attempt(&self, delivery: &Delivery) -> bool {
+        match key_of(delivery, &self.events, &self.endpoints) {
+            Some((key, _)) => self.ordered.may_attempt(&key, &delivery.id),
+            None => true,
+        }
+    }
+
+    /// The head of `delivery`'s key now (to wake once a delivery of the
+    /// key settled), if it is ordered and its key has one.
+    pub fn key_head(&self, delivery: &Delivery) -> Option<DeliveryId> {
+        let (key, _) = key_of(delivery, &self.events, &self.endpoints)?;
+        self.ordered.get(&key)?.head().map(|(_, head)| head)
+    }
+
+    /// The ordering key of an ordered delivery.
+    pub fn ordering_key(&self, delivery: &Delivery) -> Option<&str> {
+        if delivery.sequence == 0 {
+            return None;
+        }
+        self.events.get(&delivery.event_id)?.ordering_key.as_deref()
+    }
+
+    /// The keys of `endpoint` blocked by a dead head, with that head and its
+    /// sequence, in key order after `after`, looking at `scan_max` keys at
+    /// most. The second value is the key to go on after when the walk
+    /// stopped at its bound.
+    pub fn blocked_keys(
+        &self,
+        endpoint: &EndpointId,
+        after: Option<&str>,
+        scan_max: usize,
+    ) -> (Vec<BlockedKey>, Option<Box<str>>) {
+        let start: OrderKey = (*endpoint, after.unwrap_or("").into());
+        let from = if after.is_some() { Bound::Excluded(&start) } else { Bound::Included(&start) };
+        let mut blocked = Vec::new();
+        let mut looked: Option<&Box<str>> = None;
+        for (count, ((e, key), head)) in self.ordered.keys_from(from).enumerate() {
+            if e != endpoint {
+                break;
+            }
+            if count == scan_max {
+                return (blocked, looked.cloned());
+            }
+            looked = Some(key);
+            if let Some((sequence, head)) = head {
+                blocked.push((key.clone(), sequence, head));
+            }
+        }
+        (blocked, None)
+    }
+
+    /// `SkipBlocked`: the dead head blocking `key` of `endpoint` is marked
+    /// skipped, and the key goes on.
+    pub(super) fn skip_blocked(&mut self, endpoint: &EndpointId, key: &str, now_ms: u64) -> Response {
+        if !self.endpoints.contains_key(endpoint) {
+            return Response::NotFound { what: format!("endpoint {endpoint}") };
+        }
+        let order_key: OrderKey = (*endpoint, key.into());
+        let Some((_, head)) = self.ordered.get(&order_key).and_then(|order| order.blocked_by()) else {
+            return Response::Conflict {
+                detail: format!("ordering key {key:?} of endpoint {endpoint} is not blocked"),
+            };
+        };
+        self.change_delivery(&head, |delivery| {
+            delivery.updated_at_ms = now_ms;
+            delivery.push_timeline(TimelineEntry::Skipped { at_ms: now_ms });
+        });
+        let next = self.ordered.get(&order_key).and_then(|order| order.head()).map(|(_, next)| next);
+        Response::SkippedBlocked { skipped: head, next }
+    }
+
+    /// The endpoint's ordering changed from `before`.
+    pub(super) fn ordering_changed(&mut self, endpoint: &EndpointId, before: Ordering) {
+        let after = self.endpoints.get(endpoint).map_or(Ordering::None, |e| e.ordering);
+        match (before.on_dead(), after.on_dead()) {
+            (Some(_), None) => self.forget_ordered_endpoint(endpoint),
+            // No longer blocking: the dead heads that blocked let their keys go.
+            // Each dead delivery is placed by the new rule: under `Skip` the
+            // dead heads let their keys go; under `Block` they block them.
+            (Some(from), Some(to)) if from != to => {
+                let dead: Vec<DeliveryId> =
+                    self.dead.get(endpoint).map(|d| d.iter().copied().collect()).unwrap_or_default();
+                for id in dead {
+                    self.place_ordered(&id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
