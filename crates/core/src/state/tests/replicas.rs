@@ -8,15 +8,31 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
     use rand::RngExt;
     let endpoint_ids: Vec<_> = state.endpoints.keys().cloned().collect();
     let delivery_ids: Vec<_> = state.deliveries.keys().cloned().collect();
-    match pick % 6 {
+    match pick % 7 {
         0 => {
             let types: Option<&[&str]> = if rng.random_bool(0.5) { Some(&["a"]) } else { None };
-            Command::RegisterEndpoint { endpoint: Box::new(endpoint(rng, types)) }
+            let ordering = random_ordering(rng);
+            Command::RegisterEndpoint { endpoint: Box::new(Endpoint { ordering, ..endpoint(rng, types) }) }
         }
-        1 | 2 => Command::IngestEvents {
+        1 | 2 => Command::IngestEventsFrom {
+            node_id: NODE,
             now_ms,
-            events: (0..3).map(|i| event(rng, "a", (i == 0).then_some("dup"), None)).collect(),
+            events: (0..3)
+                .map(|i| {
+                    let key = [None, Some("k1"), Some("k2")][rng.random_range(0..3)].map(str::to_string);
+                    NewEvent { ordering_key: key, ..event(rng, "a", (i == 0).then_some("dup"), None) }
+                })
+                .collect(),
         },
+        6 if !endpoint_ids.is_empty() => {
+            let id = endpoint_ids[rng.random_range(0..endpoint_ids.len())];
+            if rng.random_bool(0.5) {
+                let ordering_key = ["k1", "k2"][rng.random_range(0..2)].to_string();
+                Command::SkipBlocked { endpoint_id: id, ordering_key, now_ms }
+            } else {
+                Command::SetOrdering { id, ordering: random_ordering(rng), now_ms }
+            }
+        }
         3 if !delivery_ids.is_empty() => {
             let id = &delivery_ids[rng.random_range(0..delivery_ids.len())];
             let decision = match rng.random_range(0..4) {
@@ -48,6 +64,14 @@ fn random_command(state: &ClusterState, rng: &mut StdRng, pick: u8, now_ms: u64)
         }
         _ => Command::Heartbeat { node_id: NODE, now_ms, lease_ms: 10 },
     }
+}
+
+fn random_ordering(rng: &mut StdRng) -> crate::model::Ordering {
+    use crate::model::Ordering;
+    use crate::ordering::OnDead;
+    use rand::RngExt;
+    [Ordering::None, Ordering::PerKey { on_dead: OnDead::Block }, Ordering::PerKey { on_dead: OnDead::Skip }]
+        [rng.random_range(0..3)]
 }
 
 proptest! {
