@@ -51,13 +51,15 @@ impl SupervisorLink {
                 }
             }
             // An ordered delivery that settled lets its key's next one go:
-            // its actor parked it, so it is woken here.
+            // its actor parked it, so it is woken here. A delivery still
+            // its key's head (a retry) is not: its actor holds it, and a
+            // wake could queue it again while its next attempt is out.
             (Command::RecordOutcomes { outcomes, .. }, Response::OutcomesApplied { applied, .. }) if *applied > 0 => {
                 let heads: Vec<(DeliveryId, EndpointId)> = outcomes
                     .iter()
                     .filter_map(|o| state.deliveries.get(&o.delivery_id))
                     .filter(|d| d.sequence != 0)
-                    .filter_map(|d| Some((state.key_head(d)?, d.endpoint_id)))
+                    .filter_map(|d| Some((state.key_head(d).filter(|head| *head != d.id)?, d.endpoint_id)))
                     .collect();
                 if !heads.is_empty() {
                     self.send(SupervisorMsg::Wake(group(heads.iter())));
