@@ -15,8 +15,13 @@
 //! Scenarios (`scenario.rs`): `throughput` (100 endpoints), `isolation` (99
 //! healthy, one hanging past its timeout, one answering 500), `backlog` (a
 //! million deliveries to an endpoint that is down, then back: memory per
-//! pending delivery and drain rate) and `fan-out` (each event to 50
-//! endpoints). With `--max-pending` or `--memory-budget` the nodes run
+//! pending delivery and drain rate), `fan-out` (each event to 50
+//! endpoints), `ingest-only`, and `ordered` with its twin
+//! `unordered-retries`: the throughput scenario's endpoints delivering in
+//! order per key (1,000 keys) or not, while the fleet refuses one first
+//! attempt in ten. For those the report adds the refused first attempts
+//! and, for `ordered`, how long deliveries waited behind their keys and
+//! the fleet's count of deliveries out of their key's order. With `--max-pending` or `--memory-budget` the nodes run
 //! with that ingest budget, and the report adds how they held at the cap:
 //! their memory there, the 503s while there, and whether ingest resumed
 //! after the drain (`--scenario backlog --events 100000 --max-pending
@@ -28,7 +33,8 @@
 //! ```
 //!
 //! It prints figures; it fails (exit 1) only when an expected delivery never
-//! arrives, which would be a bug, not a slow run.
+//! arrives, or one of an ordered key arrives before the one before it was
+//! delivered, which would be a bug, not a slow run.
 
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time; the clock seam is for production code")]
 
@@ -38,6 +44,8 @@ mod fleet;
 mod http1;
 #[path = "hookraft_bench/load.rs"]
 mod load;
+#[path = "hookraft_bench/ordered.rs"]
+mod ordered;
 #[path = "hookraft_bench/procstat.rs"]
 mod procstat;
 #[path = "hookraft_bench/report.rs"]
@@ -57,7 +65,7 @@ use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_
 
 use fleet::Fleet;
 use load::{Load, Progress};
-use report::{BacklogFigures, BenchUsage, BudgetFigures, NodeUsage, Quantiles, Report};
+use report::{BacklogFigures, BenchUsage, BudgetFigures, NodeUsage, Quantiles, Report, RetryFigures};
 use scenario::Scenario;
 
 /// How often the progress line is printed and delivery progress is polled.
@@ -224,8 +232,14 @@ async fn main() -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     }
     let lost: usize = reports.iter().map(|r| r.lost).sum();
+    let out_of_order: u64 = reports.iter().filter_map(|r| r.out_of_order).sum();
     if lost > 0 {
         eprintln!("FAIL: {lost} expected deliveries never arrived");
+    }
+    if out_of_order > 0 {
+        eprintln!("FAIL: {out_of_order} requests arrived before their key's previous sequence was delivered");
+    }
+    if lost > 0 || out_of_order > 0 {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -317,6 +331,21 @@ impl Deployment {
     fn samples(&self) -> Vec<(u64, Option<procstat::Sample>)> {
         self.pids().into_iter().map(|(id, pid)| (id, procstat::sample(pid))).collect()
     }
+
+    /// The sum over every node of a Prometheus sample (`name` may carry its
+    /// labels); `None` if a node did not answer `/metrics` with it.
+    async fn metric_sum(&self, name: &str) -> Option<f64> {
+        let nodes: Vec<&TestNode> = match self {
+            Deployment::Single(node) => vec![node],
+            Deployment::Cluster(c) => c.ids().into_iter().map(|id| c.node(id)).collect(),
+        };
+        let mut sum = 0.0;
+        for node in nodes {
+            let response = node.request(reqwest::Method::GET, "/metrics").send().await.ok()?;
+            sum += hookraft_tests::cluster::parse_metric(&response.text().await.ok()?, name)?;
+        }
+        Some(sum)
+    }
 }
 
 /// Writes the machine's dirty pages back before a deployment starts. A build
@@ -357,6 +386,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         per_request: args.batch,
         payload_bytes: args.payload_bytes,
         event_type: scenario.event_type(),
+        ordering_key: scenario.ordering_key(),
         origin,
         rate: args.rate,
     });
@@ -392,6 +422,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
 
     let delivered = fleet.arrived_among(expected.iter().copied());
     let duplicates = fleet.duplicates();
+    let retries = if scenario.retries() { Some(retry_figures(scenario, &deployment, &fleet).await) } else { None };
     let delivery_s = fleet.last_first_arrival().saturating_sub(ingest_started).as_secs_f64();
     if let Some(dir) = &args.keep_logs {
         deployment.keep_logs(dir, scenario.name())?;
@@ -433,6 +464,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         )),
         duplicates,
         lost: expected.len() - delivered,
+        out_of_order: scenario.ordered().then(|| fleet.out_of_order()),
         unhealthy_requests: fleet.received_unhealthy.load(Ordering::Relaxed),
         node_usage: usage(&before, &after, wall, accepted.len()),
         bench_usage: bench_before.zip(bench_after).map(|(start, end)| {
@@ -442,7 +474,21 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         machine_usage: machine_before.zip(machine_after).and_then(|(start, end)| start.usage_until(&end)),
         backlog,
         budget,
+        retries,
     })
+}
+
+/// What the fleet refused and measured of a scenario with retries, and
+/// the breakers the refusals opened.
+async fn retry_figures(scenario: Scenario, deployment: &Deployment, fleet: &Fleet) -> RetryFigures {
+    let opened = deployment.metric_sum("hookraft_breaker_transitions_total{to=\"open\"}").await;
+    let waits = scenario.ordered().then(|| fleet.key_waits_us());
+    RetryFigures {
+        first_attempts_refused: fleet.first_attempts_refused.load(Ordering::Relaxed),
+        breakers_opened: opened.map(|n| n as u64),
+        key_wait_ms: waits.as_deref().map(Quantiles::of_sorted_us),
+        key_wait_samples: waits.as_ref().map(Vec::len),
+    }
 }
 
 /// How the nodes held at their budget's cap, and whether ingest resumed

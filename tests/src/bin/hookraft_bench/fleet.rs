@@ -6,11 +6,20 @@
 //! - `ok`: answers 200 at once;
 //! - `hang`: holds the request for [`HANG_FOR`], far past any attempt timeout;
 //! - `fail`: answers 500;
-//! - `down`: answers 503 until [`Fleet::bring_up`], then 200.
+//! - `down`: answers 503 until [`Fleet::bring_up`], then 200;
+//! - `flaky`: answers 503 to the first attempt (`webhook-attempt: 1`) of
+//!   one delivery in ten, chosen by a hash of its `webhook-id`
+//!   ([`fails_first_attempt`]), and 200 to everything else, so every retry
+//!   succeeds.
 //!
 //! Every payload the load generator sends starts with `{"t":<ns>` (when it
-//! was posted, in nanoseconds since the fleet's origin), so the first arrival
-//! of each `(endpoint, webhook-id)` yields one end-to-end latency sample.
+//! was posted, in nanoseconds since the fleet's origin), so the first 2xx
+//! arrival of each `(endpoint, webhook-id)` yields one end-to-end latency
+//! sample.
+//!
+//! A request to `ok`, `down` or `flaky` that carries `webhook-ordering-key`
+//! and `webhook-sequence` also goes to the [`OrderLedger`]: it checks each
+//! key's order and takes the waits behind keys (`ordered.rs`).
 //!
 //! The server is a small keep-alive loop over `httparse` rather than a web
 //! framework: the fleet shares the machine's cores with the node it measures,
@@ -28,6 +37,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::http1::{self, Unframed, Unread};
+use crate::ordered::{Arrival, OrderLedger};
 
 /// How long a `hang` endpoint holds a request.
 pub const HANG_FOR: Duration = Duration::from_secs(120);
@@ -36,22 +46,28 @@ pub const HANG_FOR: Duration = Duration::from_secs(120);
 pub struct Fleet {
     origin: Instant,
     down: AtomicBool,
-    /// Requests that arrived at `ok` and `down` endpoints, duplicates included.
+    /// Requests answered 2xx at `ok`, `down` and `flaky` endpoints,
+    /// duplicates included.
     pub received: AtomicU64,
     /// Requests that arrived at `hang` and `fail` endpoints.
     pub received_unhealthy: AtomicU64,
+    /// First attempts a `flaky` endpoint answered 503.
+    pub first_attempts_refused: AtomicU64,
     seen: Mutex<Seen>,
 }
 
 #[derive(Default)]
 struct Seen {
-    /// Arrivals per (endpoint index, webhook-id) at `ok` and `down` endpoints.
+    /// 2xx arrivals per (endpoint index, webhook-id) at `ok`, `down` and
+    /// `flaky` endpoints.
     per_delivery: HashMap<(u32, Box<str>), u32>,
     /// Send time (since the origin) and end-to-end latency of each first
     /// arrival, in microseconds.
     latencies_us: Vec<(u64, u64)>,
     /// When the latest first arrival came, since the origin.
     last_first_arrival: Duration,
+    /// Requests that carried an ordering key and a sequence.
+    order: OrderLedger,
 }
 
 impl Fleet {
@@ -67,6 +83,7 @@ impl Fleet {
         let seen = Seen {
             per_delivery: HashMap::with_capacity(expected),
             latencies_us: Vec::with_capacity(expected),
+            order: OrderLedger::with_capacity(expected),
             ..Seen::default()
         };
         let fleet = Arc::new(Fleet {
@@ -74,6 +91,7 @@ impl Fleet {
             down: AtomicBool::new(true),
             received: AtomicU64::new(0),
             received_unhealthy: AtomicU64::new(0),
+            first_attempts_refused: AtomicU64::new(0),
             seen: Mutex::new(seen),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.context("bind the receiver fleet")?;
@@ -139,9 +157,36 @@ impl Fleet {
         self.seen().last_first_arrival
     }
 
-    fn record(&self, endpoint: u32, webhook_id: &str, body: &[u8]) {
+    /// Arrivals of an ordered delivery before its key's previous sequence
+    /// was answered 2xx.
+    pub fn out_of_order(&self) -> u64 {
+        self.seen().order.out_of_order()
+    }
+
+    /// The waits behind keys of ordered deliveries, sorted, in microseconds.
+    pub fn key_waits_us(&self) -> Vec<u64> {
+        self.seen().order.waits_us()
+    }
+
+    /// Records a request to a healthy endpoint, answered 2xx when `delivered`.
+    fn record(&self, endpoint: u32, request: &Request<'_>, delivered: bool) {
         let now = self.origin.elapsed();
         let mut seen = self.seen();
+        if let Some((key, sequence)) = request.ordering {
+            seen.order.arrive(Arrival {
+                endpoint,
+                key,
+                sequence,
+                attempt: request.attempt,
+                posted: sent_ns(request.body).map(Duration::from_nanos),
+                at: now,
+                delivered,
+            });
+        }
+        if !delivered {
+            return;
+        }
+        let (webhook_id, body) = (request.webhook_id, request.body);
         let count = seen.per_delivery.entry((endpoint, Box::from(webhook_id))).or_insert(0);
         *count += 1;
         if *count == 1 {
@@ -155,13 +200,25 @@ impl Fleet {
     }
 
     /// Counts a request to `endpoint` and says what to answer.
-    fn answer(&self, endpoint: Option<(Behaviour, u32)>, webhook_id: &str, body: &[u8]) -> Answer {
+    fn answer(&self, endpoint: Option<(Behaviour, u32)>, request: &Request<'_>) -> Answer {
         let Some((behaviour, index)) = endpoint else { return Answer::Now(NOT_FOUND) };
         match behaviour {
-            Behaviour::Down if self.down.load(Ordering::SeqCst) => Answer::Now(UNAVAILABLE),
-            Behaviour::Ok | Behaviour::Down => {
+            Behaviour::Down if self.down.load(Ordering::SeqCst) => {
+                if request.ordering.is_some() {
+                    self.record(index, request, false);
+                }
+                Answer::Now(UNAVAILABLE)
+            }
+            Behaviour::Flaky if fails_first_attempt(request.webhook_id, request.attempt) => {
+                self.first_attempts_refused.fetch_add(1, Ordering::Relaxed);
+                if request.ordering.is_some() {
+                    self.record(index, request, false);
+                }
+                Answer::Now(UNAVAILABLE)
+            }
+            Behaviour::Ok | Behaviour::Down | Behaviour::Flaky => {
                 self.received.fetch_add(1, Ordering::Relaxed);
-                self.record(index, webhook_id, body);
+                self.record(index, request, true);
                 Answer::Now(OK)
             }
             Behaviour::Hang => {
@@ -183,6 +240,29 @@ enum Behaviour {
     Hang,
     Fail,
     Down,
+    Flaky,
+}
+
+/// What the fleet reads of one webhook request.
+#[derive(Debug, Clone, Copy)]
+struct Request<'a> {
+    webhook_id: &'a str,
+    /// `webhook-attempt`, when present and a number.
+    attempt: Option<u32>,
+    /// `webhook-ordering-key` and `webhook-sequence`, when both are present
+    /// and the sequence is a number.
+    ordering: Option<(&'a str, u64)>,
+    body: &'a [u8],
+}
+
+/// Whether a `flaky` endpoint refuses this attempt: the first attempt of
+/// one delivery in ten, by a hash (FNV-1a) of its `webhook-id`. Every
+/// later attempt, and one without a readable `webhook-attempt`, succeeds.
+fn fails_first_attempt(webhook_id: &str, attempt: Option<u32>) -> bool {
+    let hash = webhook_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3));
+    attempt == Some(1) && hash % 10 == 0
 }
 
 /// The endpoint a path names: `/{behaviour}/{index}`.
@@ -193,6 +273,7 @@ fn route(path: &str) -> Option<(Behaviour, u32)> {
         "hang" => Behaviour::Hang,
         "fail" => Behaviour::Fail,
         "down" => Behaviour::Down,
+        "flaky" => Behaviour::Flaky,
         _ => return None,
     };
     Some((behaviour, index.parse().ok()?))
@@ -233,6 +314,11 @@ struct Head {
     endpoint: Option<(Behaviour, u32)>,
     /// Where the `webhook-id` value lies (empty when absent).
     webhook_id: std::ops::Range<usize>,
+    /// `webhook-attempt` and `webhook-sequence`, when present and numbers.
+    attempt: Option<u32>,
+    sequence: Option<u64>,
+    /// Where the `webhook-ordering-key` value lies (empty when absent).
+    ordering_key: std::ops::Range<usize>,
     /// The sender asked to close after the answer.
     close: bool,
 }
@@ -268,12 +354,23 @@ fn parse_head(bytes: &[u8]) -> Result<Option<Head>, &'static [u8]> {
     if body_len > BODY_BYTES_MAX {
         return Err(TOO_LARGE);
     }
-    let webhook_id = request.headers.iter().find(|h| h.name.eq_ignore_ascii_case("webhook-id")).map_or(0..0, |h| {
-        let at = h.value.as_ptr() as usize - bytes.as_ptr() as usize;
-        at..at + h.value.len()
-    });
+    let (mut webhook_id, mut ordering_key, mut attempt, mut sequence) = (0..0, 0..0, None, None);
+    for header in request.headers.iter() {
+        let at = header.value.as_ptr() as usize - bytes.as_ptr() as usize;
+        let value = at..at + header.value.len();
+        let number = || std::str::from_utf8(header.value).ok()?.parse().ok();
+        if header.name.eq_ignore_ascii_case("webhook-id") {
+            webhook_id = value;
+        } else if header.name.eq_ignore_ascii_case("webhook-attempt") {
+            attempt = number().and_then(|n: u64| u32::try_from(n).ok());
+        } else if header.name.eq_ignore_ascii_case("webhook-sequence") {
+            sequence = number();
+        } else if header.name.eq_ignore_ascii_case("webhook-ordering-key") {
+            ordering_key = value;
+        }
+    }
     let endpoint = request.path.and_then(route);
-    Ok(Some(Head { len, body_len, endpoint, webhook_id, close: framing.close }))
+    Ok(Some(Head { len, body_len, endpoint, webhook_id, attempt, sequence, ordering_key, close: framing.close }))
 }
 
 /// Serves one keep-alive connection until the sender closes it, asks to,
@@ -291,8 +388,15 @@ async fn serve_connection(fleet: Arc<Fleet>, mut stream: TcpStream) {
             Err(Unread::Closed | Unread::Failed(_)) => return,
         };
         let end = head.len + head.body_len;
-        let webhook_id = std::str::from_utf8(&buf[head.webhook_id.clone()]).unwrap_or_default();
-        let answer = fleet.answer(head.endpoint, webhook_id, &buf[head.len..end]);
+        let text = |range: &std::ops::Range<usize>| std::str::from_utf8(&buf[range.clone()]).unwrap_or_default();
+        let key = text(&head.ordering_key);
+        let request = Request {
+            webhook_id: text(&head.webhook_id),
+            attempt: head.attempt,
+            ordering: head.sequence.filter(|_| !key.is_empty()).map(|sequence| (key, sequence)),
+            body: &buf[head.len..end],
+        };
+        let answer = fleet.answer(head.endpoint, &request);
         buf.drain(..end);
         let written = match answer {
             Answer::Now(bytes) => stream.write_all(bytes).await,
@@ -340,6 +444,7 @@ mod tests {
         assert_eq!(route("/hang/0"), Some((Behaviour::Hang, 0)));
         assert_eq!(route("/fail/3"), Some((Behaviour::Fail, 3)));
         assert_eq!(route("/down/12"), Some((Behaviour::Down, 12)));
+        assert_eq!(route("/flaky/5"), Some((Behaviour::Flaky, 5)));
         for path in ["/ok", "/ok/", "/ok/x", "/ok/1/2", "/other/1", "ok/1", "/"] {
             assert_eq!(route(path), None, "{path}");
         }
@@ -353,9 +458,29 @@ mod tests {
         assert_eq!(head.body_len, 5);
         assert_eq!(head.endpoint, Some((Behaviour::Ok, 4)));
         assert_eq!(&request[head.webhook_id], b"msg_1");
+        assert_eq!((head.attempt, head.sequence, head.ordering_key.is_empty()), (None, None, true));
         assert!(!head.close);
+        let ordered = b"POST /flaky/2 HTTP/1.1\r\nwebhook-id: msg_2\r\nwebhook-attempt: 3\r\n\
+            Webhook-Sequence: 17\r\nwebhook-ordering-key: cus_9\r\ncontent-length: 0\r\n\r\n";
+        let head = head_of(ordered);
+        assert_eq!((head.endpoint, head.attempt, head.sequence), (Some((Behaviour::Flaky, 2)), Some(3), Some(17)));
+        assert_eq!(&ordered[head.ordering_key], b"cus_9");
+        let unreadable =
+            head_of(b"POST /ok/1 HTTP/1.1\r\nwebhook-attempt: x\r\nwebhook-sequence: -1\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!((unreadable.attempt, unreadable.sequence), (None, None));
         let closing = head_of(b"POST /nowhere HTTP/1.1\r\nconnection: Close\r\ncontent-length: 0\r\n\r\n");
         assert_eq!((closing.endpoint, closing.close, closing.webhook_id.is_empty()), (None, true, true));
+    }
+
+    #[test]
+    fn one_first_attempt_in_ten_fails_by_its_id_and_retries_always_succeed() {
+        let ids: Vec<String> = (0..20_000).map(|n| format!("evt_01JF{n:022}")).collect();
+        let failing = ids.iter().filter(|id| fails_first_attempt(id, Some(1))).count();
+        assert!((1_700..=2_300).contains(&failing), "{failing} of 20,000 first attempts fail");
+        for id in ids.iter().filter(|id| fails_first_attempt(id, Some(1))) {
+            assert!(fails_first_attempt(id, Some(1)), "the same id, the same answer");
+            assert!(!fails_first_attempt(id, Some(2)) && !fails_first_attempt(id, None), "{id}: only a first attempt");
+        }
     }
 
     #[test]
@@ -415,5 +540,36 @@ mod tests {
         assert_eq!(fleet.duplicates(), 1);
         assert_eq!(fleet.arrived_among([(1, "msg_a"), (3, "msg_c"), (5, "msg_f"), (2, "msg_b")]), 3);
         assert_eq!(fleet.latencies_us_sent_from(Duration::ZERO).len(), 2, "bodies starting with a send time");
+    }
+
+    #[tokio::test]
+    async fn a_flaky_endpoint_refuses_chosen_first_attempts_and_the_fleet_checks_each_keys_order() {
+        let (fleet, url) = Fleet::start(Instant::now(), 16).await.expect("fleet starts");
+        let id = |fails: bool| {
+            (0..).map(|n| format!("msg_{n}")).find(|id| fails_first_attempt(id, Some(1)) == fails).expect("an id")
+        };
+        let (failing, passing) = (id(true), id(false));
+        let client = reqwest::Client::new();
+        let post = |id: &str, attempt: u32, sequence: Option<u64>| {
+            let request = client
+                .post(format!("{url}/flaky/1"))
+                .header("webhook-id", id)
+                .header("webhook-attempt", attempt.to_string())
+                .body(r#"{"t":1,"x":2}"#);
+            let request = match sequence {
+                Some(s) => request.header("webhook-sequence", s.to_string()).header("webhook-ordering-key", "k"),
+                None => request,
+            };
+            async move { request.send().await.expect("answered").status().as_u16() }
+        };
+        assert_eq!(post(&failing, 1, Some(1)).await, 503);
+        assert_eq!(post(&passing, 1, Some(2)).await, 200, "sent while sequence 1 was refused");
+        assert_eq!(post(&failing, 2, Some(1)).await, 200, "a retry succeeds");
+        assert_eq!(post(&failing, 1, None).await, 503, "unordered: refused, but nothing to check");
+        assert_eq!(fleet.first_attempts_refused.load(Ordering::Relaxed), 2);
+        assert_eq!(fleet.received.load(Ordering::Relaxed), 2, "2xx answers only");
+        assert_eq!(fleet.arrived_among([(1, failing.as_str()), (1, passing.as_str())]), 2);
+        assert_eq!(fleet.out_of_order(), 1);
+        assert_eq!(fleet.key_waits_us().len(), 2, "one wait per sequence, at its first attempt");
     }
 }

@@ -45,6 +45,8 @@ pub struct Load {
     pub payload_bytes: usize,
     /// The event type of event `i`.
     pub event_type: fn(usize) -> String,
+    /// The ordering key of event `i`, when events carry one.
+    pub ordering_key: Option<fn(usize) -> String>,
     /// When the run started: payloads carry their send time relative to it.
     pub origin: Instant,
     /// Events per second offered, spread evenly; `None` posts as fast as
@@ -176,7 +178,10 @@ async fn connection_loop(
             None => Instant::now(),
         };
         let sent_ns = u64::try_from(load.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let bodies = indexes.clone().map(|i| event_body(&(load.event_type)(i), sent_ns, load.payload_bytes));
+        let bodies = indexes.clone().map(|i| {
+            let key = load.ordering_key.map(|key| key(i));
+            event_body(&(load.event_type)(i), key.as_deref(), sent_ns, load.payload_bytes)
+        });
         let body =
             if batch { format!("{{\"events\":[{}]}}", bodies.collect::<Vec<_>>().join(",")) } else { bodies.collect() };
         let why = match client.post(body.as_bytes()).await {
@@ -359,11 +364,13 @@ fn parse_answer(bytes: &[u8]) -> Result<Option<AnswerHead>, String> {
 }
 
 /// `{"type":…,"payload":{"t":<sent_ns>,"pad":"xxx…"}}` whose payload is
-/// `payload_bytes` long (or just the prefix when that is longer).
-pub fn event_body(event_type: &str, sent_ns: u64, payload_bytes: usize) -> String {
+/// `payload_bytes` long (or just the prefix when that is longer), with
+/// `"ordering_key":…` after the type when given.
+pub fn event_body(event_type: &str, ordering_key: Option<&str>, sent_ns: u64, payload_bytes: usize) -> String {
     let head = format!("{{\"t\":{sent_ns},\"pad\":\"");
     let pad = payload_bytes.saturating_sub(head.len() + 2);
-    format!("{{\"type\":\"{event_type}\",\"payload\":{head}{}\"}}}}", "x".repeat(pad))
+    let key = ordering_key.map(|key| format!(",\"ordering_key\":\"{key}\"")).unwrap_or_default();
+    format!("{{\"type\":\"{event_type}\"{key},\"payload\":{head}{}\"}}}}", "x".repeat(pad))
 }
 
 #[cfg(test)]
@@ -381,11 +388,19 @@ mod tests {
 
     #[test]
     fn event_body_is_json_with_a_payload_of_the_asked_size() {
-        let body = event_body("bench.3", 123_456_789, 200);
+        let body = event_body("bench.3", None, 123_456_789, 200);
         let value: serde_json::Value = serde_json::from_str(&body).expect("json");
         assert_eq!(value["type"], "bench.3");
         assert_eq!(value["payload"]["t"], 123_456_789);
         assert_eq!(serde_json::to_string(&value["payload"]).expect("encodes").len(), 200);
+        assert!(value.get("ordering_key").is_none());
+        let keyed: serde_json::Value =
+            serde_json::from_str(&event_body("bench.3", Some("key-7"), 1, 200)).expect("json");
+        assert_eq!(
+            (&keyed["ordering_key"], &keyed["payload"]["t"]),
+            (&serde_json::json!("key-7"), &serde_json::json!(1))
+        );
+        assert_eq!(serde_json::to_string(&keyed["payload"]).expect("encodes").len(), 200);
     }
 
     #[test]

@@ -110,6 +110,34 @@ pub struct BudgetFigures {
     pub status_after_drain: u16,
 }
 
+/// The figures of the scenarios whose fleet refuses some first attempts
+/// (`ordered`, `unordered-retries`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RetryFigures {
+    /// First attempts the fleet answered 503 (one delivery in ten).
+    pub first_attempts_refused: u64,
+    /// Circuit breakers opened on the nodes (`hookraft_breaker_transitions_total{to="open"}`),
+    /// when the nodes answered `/metrics`: an open one holds its endpoint
+    /// back for its cooldown, and with it every key of the endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakers_opened: Option<u64>,
+    /// Of ordered endpoints only: how long each delivery waited behind its
+    /// key, once per sequence, as the fleet measured it from the
+    /// `webhook-ordering-key`, `webhook-sequence` and `webhook-attempt`
+    /// headers: from when the fleet answered the key's previous sequence
+    /// 2xx (or from when the event was posted, if that was later, or it is
+    /// the key's first) to when its own first attempt arrived. It is the
+    /// time from "free to go" to "sent": the previous delivery's outcome
+    /// committed, the next head picked and sent. Time spent queued while
+    /// the previous one was still being attempted or retried is not in it;
+    /// that shows in the end-to-end latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_wait_ms: Option<Quantiles>,
+    /// Deliveries behind `key_wait_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_wait_samples: Option<usize>,
+}
+
 /// One scenario run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -158,6 +186,10 @@ pub struct Report {
     pub duplicates: u64,
     /// Expected deliveries that never arrived before the deadline.
     pub lost: usize,
+    /// Of ordered endpoints only: requests that arrived before their key's
+    /// previous sequence was answered 2xx (any is a failed run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_order: Option<u64>,
     /// Requests that reached the hanging and failing endpoints.
     pub unhealthy_requests: u64,
     pub node_usage: Vec<NodeUsage>,
@@ -169,6 +201,8 @@ pub struct Report {
     pub backlog: Option<BacklogFigures>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<RetryFigures>,
 }
 
 impl Report {
@@ -228,9 +262,30 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "  integrity: lost {}, duplicates {}, not accepted {}, requests to unhealthy endpoints {}",
-            self.lost, self.duplicates, self.not_accepted, self.unhealthy_requests
+            "  integrity: lost {}, duplicates {}, not accepted {}, requests to unhealthy endpoints {}{}",
+            self.lost,
+            self.duplicates,
+            self.not_accepted,
+            self.unhealthy_requests,
+            self.out_of_order.map(|n| format!(", out of order {n}")).unwrap_or_default()
         );
+        if let Some(r) = &self.retries {
+            let _ = writeln!(
+                out,
+                "  retries:   {} first attempts answered 503 ({:.1}% of deliveries){}",
+                r.first_attempts_refused,
+                100.0 * r.first_attempts_refused as f64 / self.deliveries_expected.max(1) as f64,
+                r.breakers_opened.map(|n| format!(", breakers opened {n}")).unwrap_or_default()
+            );
+            if let (Some(w), Some(samples)) = (&r.key_wait_ms, r.key_wait_samples) {
+                let _ = writeln!(
+                    out,
+                    "  key wait:  p50 {:.1} p99 {:.1} max {:.1} ms over {samples} deliveries (from the key's previous \
+                     delivery, or the post if later, to the first attempt)",
+                    w.p50, w.p99, w.max
+                );
+            }
+        }
         for n in &self.node_usage {
             let _ = writeln!(
                 out,
@@ -297,5 +352,86 @@ mod tests {
         assert_eq!(quantile(&samples, 1.0), 1000);
         assert_eq!(quantile(&[], 0.99), 0);
         assert_eq!(quantile(&[7], 0.0), 7);
+    }
+
+    fn report(scenario: &'static str) -> Report {
+        let q = Quantiles { p50: 1.0, p99: 2.0, p999: 3.0, max: 4.0 };
+        Report {
+            scenario,
+            nodes: 1,
+            connections: 64,
+            events_per_request: 1,
+            delivery_threads: None,
+            retention: None,
+            encrypted: false,
+            endpoints: 100,
+            payload_bytes: 200,
+            events_offered: 1_000,
+            offered_per_s: None,
+            accepted: 1_000,
+            not_accepted: 0,
+            ingest_s: 1.0,
+            accepted_per_s: 1_000.0,
+            warmup_s: 0.0,
+            ingest_latency_ms: q,
+            ingest_latency_whole_run_ms: None,
+            deliveries_expected: 1_000,
+            delivered: 1_000,
+            delivery_s: 1.0,
+            delivered_per_s: 1_000.0,
+            end_to_end_latency_ms: q,
+            end_to_end_latency_whole_run_ms: None,
+            duplicates: 0,
+            lost: 0,
+            out_of_order: None,
+            unhealthy_requests: 0,
+            node_usage: Vec::new(),
+            bench_usage: None,
+            machine_usage: None,
+            backlog: None,
+            budget: None,
+            retries: None,
+        }
+    }
+
+    #[test]
+    fn only_runs_with_retries_print_and_serialize_the_ordering_figures() {
+        let plain = report("throughput");
+        let text = plain.render();
+        assert!(text.contains("integrity: lost 0, duplicates 0, not accepted 0, requests to unhealthy endpoints 0\n"));
+        assert!(!text.contains("retries:") && !text.contains("key wait:"), "{text}");
+        let json = serde_json::to_value(&plain).expect("encodes");
+        assert!(json.get("out_of_order").is_none() && json.get("retries").is_none(), "{json}");
+
+        let wait = Quantiles { p50: 0.5, p99: 7.25, p999: 9.0, max: 12.0 };
+        let ordered = Report {
+            out_of_order: Some(3),
+            retries: Some(RetryFigures {
+                first_attempts_refused: 100,
+                breakers_opened: Some(0),
+                key_wait_ms: Some(wait),
+                key_wait_samples: Some(1_000),
+            }),
+            ..report("ordered")
+        };
+        let text = ordered.render();
+        assert!(text.contains("requests to unhealthy endpoints 0, out of order 3\n"), "{text}");
+        assert!(text.contains("retries:   100 first attempts answered 503 (10.0% of deliveries), breakers opened 0\n"));
+        assert!(text.contains("key wait:  p50 0.5 p99 7.2 max 12.0 ms over 1000 deliveries"), "{text}");
+        let json = serde_json::to_value(&ordered).expect("encodes");
+        assert_eq!((&json["out_of_order"], &json["retries"]["key_wait_ms"]["p99"]), (&3.into(), &7.25.into()));
+
+        let unordered = Report {
+            retries: Some(RetryFigures {
+                first_attempts_refused: 100,
+                breakers_opened: None,
+                key_wait_ms: None,
+                key_wait_samples: None,
+            }),
+            ..report("unordered-retries")
+        };
+        let text = unordered.render();
+        assert!(text.contains("retries:   100 first attempts answered 503 (10.0% of deliveries)\n"), "{text}");
+        assert!(!text.contains("out of order") && !text.contains("key wait:"), "{text}");
     }
 }

@@ -18,6 +18,15 @@ pub enum Scenario {
     /// The throughput scenario's 100 endpoints, but no event matches any of
     /// them: the cost of accepting an event alone, without its delivery.
     IngestOnly,
+    /// The throughput scenario's 100 endpoints and event types, delivering
+    /// in order per key (`ordering: per_key`) with a fast retry policy;
+    /// event `i` carries the ordering key `key-{i % 1000}` (so each
+    /// endpoint has 10 keys), and the fleet refuses one first attempt in
+    /// ten (503, by `webhook-id`).
+    Ordered,
+    /// The ordered scenario's endpoints, events (keys included) and refused
+    /// first attempts, without ordering: its twin for comparison.
+    UnorderedRetries,
 }
 
 /// Healthy endpoints of the throughput and isolation scenarios.
@@ -26,6 +35,8 @@ const HEALTHY_ENDPOINTS: u32 = 100;
 const FAN_OUT_ENDPOINTS: u32 = 50;
 /// Attempt timeout of the isolation scenario's hanging endpoint.
 pub const HANG_TIMEOUT_MS: u64 = 5_000;
+/// Ordering keys of the ordered scenarios, spread round robin over the events.
+const ORDERING_KEYS: usize = 1_000;
 
 /// One endpoint to register: its path on the fleet and its settings.
 pub struct EndpointSpec {
@@ -43,13 +54,29 @@ impl Scenario {
             Scenario::Backlog => "backlog",
             Scenario::FanOut => "fan-out",
             Scenario::IngestOnly => "ingest-only",
+            Scenario::Ordered => "ordered",
+            Scenario::UnorderedRetries => "unordered-retries",
         }
+    }
+
+    /// Whether the scenario's endpoints deliver in order per key.
+    pub fn ordered(self) -> bool {
+        self == Scenario::Ordered
+    }
+
+    /// Whether the fleet refuses some first attempts, so that deliveries retry.
+    pub fn retries(self) -> bool {
+        matches!(self, Scenario::Ordered | Scenario::UnorderedRetries)
     }
 
     /// Events posted when `--events` is not given.
     pub fn default_events(self) -> usize {
         match self {
-            Scenario::Throughput | Scenario::Isolation | Scenario::IngestOnly => 60_000,
+            Scenario::Throughput
+            | Scenario::Isolation
+            | Scenario::IngestOnly
+            | Scenario::Ordered
+            | Scenario::UnorderedRetries => 60_000,
             Scenario::Backlog => 1_000_000,
             Scenario::FanOut => 2_000,
         }
@@ -85,13 +112,23 @@ impl Scenario {
             Scenario::FanOut => (0..FAN_OUT_ENDPOINTS)
                 .map(|i| EndpointSpec { behaviour: "ok", index: i, settings: json!({"max_in_flight": 64}) })
                 .collect(),
+            Scenario::Ordered | Scenario::UnorderedRetries => {
+                // Retries come quickly, so a refused head holds its key for tens of milliseconds.
+                let retry = json!({"attempts_max": 20, "base_ms": 20, "cap_ms": 200, "max_age_s": 3_600});
+                let ordering = if self.ordered() { "per_key" } else { "none" };
+                (0..HEALTHY_ENDPOINTS)
+                    .map(|i| typed("flaky", i, json!({"ordering": ordering, "retry": retry})))
+                    .collect()
+            }
         }
     }
 
     /// The event type of event `i`.
     pub fn event_type(self) -> fn(usize) -> String {
         match self {
-            Scenario::Throughput => |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize),
+            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries => {
+                |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize)
+            }
             Scenario::Isolation => |i| format!("bench.{}", i % (HEALTHY_ENDPOINTS as usize + 1)),
             Scenario::Backlog => |_| "bench.0".to_string(),
             Scenario::FanOut => |_| "fan.out".to_string(),
@@ -99,10 +136,20 @@ impl Scenario {
         }
     }
 
+    /// The ordering key of event `i`, if its events carry one.
+    pub fn ordering_key(self) -> Option<fn(usize) -> String> {
+        match self {
+            Scenario::Ordered | Scenario::UnorderedRetries => Some(|i| format!("key-{}", i % ORDERING_KEYS)),
+            _ => None,
+        }
+    }
+
     /// The fleet indexes of the healthy endpoints event `i` must reach.
     pub fn healthy_targets(self, i: usize) -> Vec<u32> {
         match self {
-            Scenario::Throughput => vec![(i % HEALTHY_ENDPOINTS as usize) as u32],
+            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries => {
+                vec![(i % HEALTHY_ENDPOINTS as usize) as u32]
+            }
             Scenario::Isolation => {
                 let target = (i % (HEALTHY_ENDPOINTS as usize + 1)) as u32;
                 if target < HEALTHY_ENDPOINTS - 1 { vec![target] } else { Vec::new() }
@@ -126,15 +173,21 @@ mod tests {
 
     #[test]
     fn every_event_type_matches_exactly_its_targets_subscriptions() {
-        for scenario in
-            [Scenario::Throughput, Scenario::Isolation, Scenario::Backlog, Scenario::FanOut, Scenario::IngestOnly]
-        {
+        for scenario in [
+            Scenario::Throughput,
+            Scenario::Isolation,
+            Scenario::Backlog,
+            Scenario::FanOut,
+            Scenario::IngestOnly,
+            Scenario::Ordered,
+            Scenario::UnorderedRetries,
+        ] {
             let specs = scenario.endpoints();
             for i in 0..250 {
                 let event_type = (scenario.event_type())(i);
                 let subscribed: Vec<u32> = specs
                     .iter()
-                    .filter(|s| s.behaviour == "ok" || s.behaviour == "down")
+                    .filter(|s| ["ok", "down", "flaky"].contains(&s.behaviour))
                     .filter(|s| match s.settings["event_types"].as_array() {
                         None => true,
                         Some(types) => types.iter().any(|t| t == &Value::from(event_type.clone())),
@@ -151,5 +204,26 @@ mod tests {
         let specs = Scenario::Isolation.endpoints();
         let count = |b| specs.iter().filter(|s| s.behaviour == b).count();
         assert_eq!((count("ok"), count("hang"), count("fail")), (99, 1, 1));
+    }
+
+    #[test]
+    fn the_ordered_twins_differ_only_in_ordering_and_spread_a_thousand_keys_ten_per_endpoint() {
+        let (ordered, unordered) = (Scenario::Ordered.endpoints(), Scenario::UnorderedRetries.endpoints());
+        assert_eq!(ordered.len(), 100);
+        for (o, u) in ordered.iter().zip(&unordered) {
+            assert_eq!((o.behaviour, o.index), ("flaky", u.index));
+            assert_eq!((&o.settings["ordering"], &u.settings["ordering"]), (&json!("per_key"), &json!("none")));
+            let mut same = o.settings.clone();
+            same["ordering"] = json!("none");
+            assert_eq!(same, u.settings);
+        }
+        let key = Scenario::Ordered.ordering_key().expect("keyed events");
+        let mut pairs = std::collections::BTreeSet::new();
+        for i in 0..10_000 {
+            assert_eq!(Some(key(i)), Scenario::UnorderedRetries.ordering_key().map(|k| k(i)));
+            pairs.insert((Scenario::Ordered.healthy_targets(i), key(i)));
+        }
+        assert_eq!(pairs.len(), 1_000, "each key at one endpoint, 10 keys per endpoint");
+        assert!(Scenario::Throughput.ordering_key().is_none());
     }
 }
