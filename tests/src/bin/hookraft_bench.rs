@@ -482,12 +482,14 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
 /// the breakers the refusals opened.
 async fn retry_figures(scenario: Scenario, deployment: &Deployment, fleet: &Fleet) -> RetryFigures {
     let opened = deployment.metric_sum("hookraft_breaker_transitions_total{to=\"open\"}").await;
-    let waits = scenario.ordered().then(|| fleet.key_waits_us());
+    let (waits, held) = scenario.ordered().then(|| fleet.key_waits_us()).unzip();
     RetryFigures {
         first_attempts_refused: fleet.first_attempts_refused.load(Ordering::Relaxed),
         breakers_opened: opened.map(|n| n as u64),
         key_wait_ms: waits.as_deref().map(Quantiles::of_sorted_us),
         key_wait_samples: waits.as_ref().map(Vec::len),
+        key_wait_held_ms: held.as_deref().map(Quantiles::of_sorted_us),
+        key_wait_held_samples: held.as_ref().map(Vec::len),
     }
 }
 

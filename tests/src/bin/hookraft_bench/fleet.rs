@@ -163,8 +163,9 @@ impl Fleet {
         self.seen().order.out_of_order()
     }
 
-    /// The waits behind keys of ordered deliveries, sorted, in microseconds.
-    pub fn key_waits_us(&self) -> Vec<u64> {
+    /// The waits behind keys of ordered deliveries, sorted, in
+    /// microseconds: all, and those held behind their key's previous delivery.
+    pub fn key_waits_us(&self) -> (Vec<u64>, Vec<u64>) {
         self.seen().order.waits_us()
     }
 
@@ -570,6 +571,7 @@ mod tests {
         assert_eq!(fleet.received.load(Ordering::Relaxed), 2, "2xx answers only");
         assert_eq!(fleet.arrived_among([(1, failing.as_str()), (1, passing.as_str())]), 2);
         assert_eq!(fleet.out_of_order(), 1);
-        assert_eq!(fleet.key_waits_us().len(), 2, "one wait per sequence, at its first attempt");
+        let (waits, held) = fleet.key_waits_us();
+        assert_eq!((waits.len(), held.len()), (2, 0), "one wait per sequence, at its first attempt");
     }
 }

@@ -14,7 +14,10 @@
 //!   It is how long the event waited, once its key let it go, for the node
 //!   to settle the previous delivery and send it: the price of the key's
 //!   order on a delivery that was ready. Time the event spent queued while
-//!   `s - 1` was still being attempted or retried is not in it.
+//!   `s - 1` was still being attempted or retried is not in it. A wait that
+//!   starts at the previous delivery (it came after the post) is *held*:
+//!   the event did queue behind its key, and its wait is the hand-over
+//!   from one head to the next.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -36,6 +39,15 @@ pub struct Arrival<'a> {
     pub delivered: bool,
 }
 
+/// A delivery's wait behind its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub waited: Duration,
+    /// It counts from the previous delivery, which came after the post:
+    /// the event queued behind its key.
+    pub held: bool,
+}
+
 /// The wait of sequence `s` behind its key: from `previous_delivered` (when
 /// `s - 1` was answered 2xx; `None` for the first of a key, or one whose
 /// previous was not delivered) or `posted`, whichever is later, to
@@ -45,9 +57,10 @@ pub fn wait_behind_key(
     previous_delivered: Option<Duration>,
     posted: Option<Duration>,
     first_attempt: Duration,
-) -> Option<Duration> {
+) -> Option<Wait> {
     let from = previous_delivered.max(posted)?;
-    Some(first_attempt.saturating_sub(from))
+    let held = previous_delivered.is_some_and(|previous| posted.is_none_or(|posted| previous > posted));
+    Some(Wait { waited: first_attempt.saturating_sub(from), held })
 }
 
 /// One (endpoint, key)'s record.
@@ -65,8 +78,9 @@ struct KeyRecord {
 pub struct OrderLedger {
     keys: HashMap<u32, HashMap<Box<str>, KeyRecord>>,
     out_of_order: u64,
-    /// Each first attempt's wait behind its key, in microseconds.
-    waits_us: Vec<u64>,
+    /// Each first attempt's wait behind its key, in microseconds, and
+    /// whether it was held.
+    waits_us: Vec<(u64, bool)>,
 }
 
 impl OrderLedger {
@@ -92,7 +106,7 @@ impl OrderLedger {
             && record.first_attempted.insert(arrival.sequence)
             && let Some(wait) = wait_behind_key(previous_delivered, arrival.posted, arrival.at)
         {
-            self.waits_us.push(crate::report::micros(wait));
+            self.waits_us.push((crate::report::micros(wait.waited), wait.held));
         }
         if arrival.delivered {
             record.delivered_at.entry(arrival.sequence).or_insert(arrival.at);
@@ -105,11 +119,14 @@ impl OrderLedger {
         self.out_of_order
     }
 
-    /// The waits behind keys, sorted, in microseconds.
-    pub fn waits_us(&self) -> Vec<u64> {
-        let mut waits = self.waits_us.clone();
-        waits.sort_unstable();
-        waits
+    /// The waits behind keys, sorted, in microseconds: all of them, and
+    /// the held ones.
+    pub fn waits_us(&self) -> (Vec<u64>, Vec<u64>) {
+        let mut all: Vec<u64> = self.waits_us.iter().map(|&(us, _)| us).collect();
+        let mut held: Vec<u64> = self.waits_us.iter().filter(|&&(_, held)| held).map(|&(us, _)| us).collect();
+        all.sort_unstable();
+        held.sort_unstable();
+        (all, held)
     }
 }
 
@@ -123,15 +140,17 @@ mod tests {
 
     #[test]
     fn the_wait_counts_from_the_previous_delivery_or_the_post_whichever_is_later() {
+        let wait = |ms_waited, held| Some(Wait { waited: ms(ms_waited), held });
         // Queued behind its key: from the previous one's 2xx.
-        assert_eq!(wait_behind_key(Some(ms(50)), Some(ms(10)), ms(53)), Some(ms(3)));
+        assert_eq!(wait_behind_key(Some(ms(50)), Some(ms(10)), ms(53)), wait(3, true));
         // Posted after its key was free: from its own post.
-        assert_eq!(wait_behind_key(Some(ms(5)), Some(ms(10)), ms(14)), Some(ms(4)));
+        assert_eq!(wait_behind_key(Some(ms(5)), Some(ms(10)), ms(14)), wait(4, false));
+        assert_eq!(wait_behind_key(Some(ms(10)), Some(ms(10)), ms(14)), wait(4, false), "free as it was posted");
         // The first of its key.
-        assert_eq!(wait_behind_key(None, Some(ms(10)), ms(12)), Some(ms(2)));
-        assert_eq!(wait_behind_key(Some(ms(7)), None, ms(9)), Some(ms(2)));
+        assert_eq!(wait_behind_key(None, Some(ms(10)), ms(12)), wait(2, false));
+        assert_eq!(wait_behind_key(Some(ms(7)), None, ms(9)), wait(2, true));
         assert_eq!(wait_behind_key(None, None, ms(9)), None);
-        assert_eq!(wait_behind_key(Some(ms(9)), None, ms(8)), Some(Duration::ZERO), "never negative");
+        assert_eq!(wait_behind_key(Some(ms(9)), None, ms(8)), wait(0, true), "never negative");
     }
 
     fn arrival(key: &str, sequence: u64, attempt: u32, at: u64, delivered: bool) -> Arrival<'_> {
@@ -147,7 +166,7 @@ mod tests {
         assert!(ledger.arrive(arrival("a", 2, 1, 60, true)), "a second first attempt is a duplicate, not a wait");
         assert!(ledger.arrive(arrival("b", 1, 1, 7, true)), "keys are independent");
         // 1: 10 from the post; 2: 5 from sequence 1's delivery at 40 (not from its failed first attempt at 10).
-        assert_eq!(ledger.waits_us(), vec![5_000, 7_000, 10_000]);
+        assert_eq!(ledger.waits_us(), (vec![5_000, 7_000, 10_000], vec![5_000]));
         assert_eq!(ledger.out_of_order(), 0);
     }
 

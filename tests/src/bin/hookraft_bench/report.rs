@@ -136,6 +136,13 @@ pub struct RetryFigures {
     /// Deliveries behind `key_wait_ms`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_wait_samples: Option<usize>,
+    /// The same for the deliveries *held* behind their key: whose key's
+    /// previous sequence was delivered after they were posted, so that the
+    /// wait is the hand-over from one head to the next.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_wait_held_ms: Option<Quantiles>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_wait_held_samples: Option<usize>,
 }
 
 /// One scenario run.
@@ -285,6 +292,14 @@ impl Report {
                     w.p50, w.p99, w.max
                 );
             }
+            if let (Some(w), Some(samples)) = (&r.key_wait_held_ms, r.key_wait_held_samples) {
+                let _ = writeln!(
+                    out,
+                    "             of them held behind their key's previous delivery (delivered after they were posted): \
+                     {samples}, p50 {:.1} p99 {:.1} max {:.1} ms",
+                    w.p50, w.p99, w.max
+                );
+            }
         }
         for n in &self.node_usage {
             let _ = writeln!(
@@ -411,6 +426,8 @@ mod tests {
                 breakers_opened: Some(0),
                 key_wait_ms: Some(wait),
                 key_wait_samples: Some(1_000),
+                key_wait_held_ms: Some(wait),
+                key_wait_held_samples: Some(40),
             }),
             ..report("ordered")
         };
@@ -418,6 +435,7 @@ mod tests {
         assert!(text.contains("requests to unhealthy endpoints 0, out of order 3\n"), "{text}");
         assert!(text.contains("retries:   100 first attempts answered 503 (10.0% of deliveries), breakers opened 0\n"));
         assert!(text.contains("key wait:  p50 0.5 p99 7.2 max 12.0 ms over 1000 deliveries"), "{text}");
+        assert!(text.contains("(delivered after they were posted): 40, p50 0.5 p99 7.2 max 12.0 ms\n"), "{text}");
         let json = serde_json::to_value(&ordered).expect("encodes");
         assert_eq!((&json["out_of_order"], &json["retries"]["key_wait_ms"]["p99"]), (&3.into(), &7.25.into()));
 
@@ -427,11 +445,13 @@ mod tests {
                 breakers_opened: None,
                 key_wait_ms: None,
                 key_wait_samples: None,
+                key_wait_held_ms: None,
+                key_wait_held_samples: None,
             }),
             ..report("unordered-retries")
         };
         let text = unordered.render();
         assert!(text.contains("retries:   100 first attempts answered 503 (10.0% of deliveries)\n"), "{text}");
-        assert!(!text.contains("out of order") && !text.contains("key wait:"), "{text}");
+        assert!(!text.contains("out of order") && !text.contains("key wait:") && !text.contains("held"), "{text}");
     }
 }
