@@ -51,7 +51,7 @@ struct Args {
     #[arg(long)]
     no_keyring: bool,
     /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch`,
-    /// `prune-active` or `send-sealed` (needs `--features break`).
+    /// `prune-active`, `send-sealed` or `ordering` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
