@@ -46,6 +46,8 @@ pub enum Break {
     PruneActive,
     /// Endpoint actors send a payload's sealed bytes instead of its plaintext.
     SendSealed,
+    /// Endpoint actors attempt an ordered delivery before its key's turn.
+    Ordering,
 }
 
 impl Break {
@@ -57,11 +59,18 @@ impl Break {
             Break::SplitBatch => "split-batch",
             Break::PruneActive => "prune-active",
             Break::SendSealed => "send-sealed",
+            Break::Ordering => "ordering",
         }
     }
 
-    pub const ALL: [Break; 5] =
-        [Break::Fencing, Break::AckBeforeCommit, Break::SplitBatch, Break::PruneActive, Break::SendSealed];
+    pub const ALL: [Break; 6] = [
+        Break::Fencing,
+        Break::AckBeforeCommit,
+        Break::SplitBatch,
+        Break::PruneActive,
+        Break::SendSealed,
+        Break::Ordering,
+    ];
 }
 
 /// Runs one seed to completion on a fresh single-threaded runtime.
@@ -88,6 +97,7 @@ fn set_break(broken: Option<Break>) -> anyhow::Result<()> {
     hookraft_core::breaks::set_split_batch(broken == Some(Break::SplitBatch));
     hookraft_core::breaks::set_prune_active(broken == Some(Break::PruneActive));
     hookraft_core::breaks::set_send_sealed(broken == Some(Break::SendSealed));
+    hookraft_core::breaks::set_out_of_turn(broken == Some(Break::Ordering));
     Ok(())
 }
 

@@ -51,7 +51,7 @@ struct Args {
     #[arg(long)]
     no_keyring: bool,
     /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch`,
-    /// `prune-active` or `send-sealed` (needs `--features break`).
+    /// `prune-active`, `send-sealed` or `ordering` (needs `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
@@ -154,9 +154,19 @@ fn main() -> ExitCode {
                 Some(Kind::Safety) => "safety",
                 Some(Kind::Liveness) => "liveness",
             };
+            let o = &report.ordering;
             println!(
-                "acked={} sends={} faults={:?} payloads={:?} trace_lines={} virtual_ms={}",
-                report.acked, report.sends, report.faults, report.payload_keys, report.trace_lines, report.virtual_ms
+                "acked={} sends={} faults={:?} payloads={:?} ordered={{deliveries: {}, dead: {}, skipped: {}, restarted_keys: {}}} trace_lines={} virtual_ms={}",
+                report.acked,
+                report.sends,
+                report.faults,
+                report.payload_keys,
+                o.deliveries,
+                o.dead,
+                o.skipped,
+                o.restarted,
+                report.trace_lines,
+                report.virtual_ms
             );
             println!("seed={seed} verdict={verdict} digest={}", report.digest);
             match report.worst() {

@@ -1,7 +1,8 @@
 //! Scripted receivers: the simulated customer endpoints, behind the node's
 //! webhook `Transport` seam. Each endpoint URL `http://sim/<name>` names a
 //! receiver with a [`Behavior`]. Every request is recorded with its sender,
-//! shard, token, body and whether its signature verified, for the checkers.
+//! shard, token, body, ordering headers and whether its signature verified,
+//! for the checkers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -45,11 +46,17 @@ pub struct SendRecord {
     pub delivery_id: String,
     /// The receiver's answer, if it gave one (refused connections: none).
     pub answered: Option<u16>,
+    /// True time the answer left the receiver (`at_ms` when it gave none).
+    pub answered_at_ms: u64,
     /// Whether the answer reached the sender before its attempt timed out.
     pub in_time: bool,
     pub signature_valid: bool,
     /// The body as the receiver got it.
     pub body: Arc<[u8]>,
+    /// The `webhook-sequence` header, if the request had one.
+    pub sequence: Option<String>,
+    /// The `webhook-ordering-key` header, if the request had one.
+    pub ordering_key: Option<String>,
 }
 
 struct Inner {
@@ -121,7 +128,11 @@ impl Receivers {
     }
 
     fn header<'a>(request: &'a WebhookRequest, name: &str) -> &'a str {
-        request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str()).unwrap_or("")
+        Self::header_if(request, name).unwrap_or("")
+    }
+
+    fn header_if<'a>(request: &'a WebhookRequest, name: &str) -> Option<&'a str> {
+        request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
     }
 
     async fn handle(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {
@@ -164,12 +175,19 @@ impl Receivers {
             event_id: Self::header(&request, "webhook-id").to_string(),
             delivery_id: Self::header(&request, "hookraft-delivery-id").to_string(),
             answered: answer,
+            answered_at_ms: now_ms + if answer.is_some() { delay_ms } else { 0 },
             in_time,
             signature_valid: valid,
             body: request.body.clone(),
+            sequence: Self::header_if(&request, "webhook-sequence").map(str::to_owned),
+            ordering_key: Self::header_if(&request, "webhook-ordering-key").map(str::to_owned),
+        };
+        let ordered = match (&record.ordering_key, &record.sequence) {
+            (Some(key), Some(sequence)) => format!(" {key}#{sequence}"),
+            _ => String::new(),
         };
         self.trace.record(format!(
-            "send {} n{} s{} t{} {} -> {:?}{}",
+            "send {} n{} s{} t{} {}{ordered} -> {:?}{}",
             record.delivery_id,
             record.origin.node_id,
             record.origin.shard,

@@ -1,7 +1,12 @@
 //! The workload: producers ingesting through random nodes (each event with
 //! an idempotency key, one at a time or a few in a batch, retried on other
 //! nodes until acknowledged), and an operator registering and changing
-//! endpoints and replaying dead letters.
+//! endpoints, replaying dead letters and skipping the dead deliveries that
+//! block an ordered key.
+//! Some endpoints deliver in order per key (`"ordering": "per_key"`, dead
+//! heads blocking their key or skipped), and most events carry one of a
+//! handful of ordering keys; the choices of ordering come from a generator
+//! of their own, so the rest of the workload draws what it drew before.
 //! The ledger remembers every acknowledged event, the deliveries the
 //! acknowledgement named and the payload posted for it: what the "no
 //! acknowledged event is lost" checker owes, and what receivers must get.
@@ -10,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use hookraft_core::ids::NodeId;
+use hookraft_core::ordering::OnDead;
 use hookraft_core::signing::Secret;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -32,6 +38,8 @@ pub struct SimEndpoint {
     pub id: String,
     pub receiver: String,
     pub event_types: Vec<String>,
+    /// `Some`: ordered per key, and what a dead head does.
+    pub ordering: Option<OnDead>,
 }
 
 /// What the workload knows for the checkers.
@@ -46,6 +54,9 @@ pub struct Ledger {
     pub posted: BTreeSet<String>,
     /// The idempotency keys of every batch posted, acknowledged or not.
     pub batches: Vec<Vec<String>>,
+    /// The JSON text of every payload posted with an `ordering_key` → that
+    /// key, acknowledged or not.
+    pub ordering_keys: BTreeMap<String, String>,
     pub offered: u64,
     pub gave_up: u64,
     pub requests: u64,
@@ -57,6 +68,8 @@ pub struct Ledger {
 /// The workload of one run.
 pub struct Workload {
     rng: StdRng,
+    /// Every choice about ordering: endpoints' modes, events' keys, skips.
+    order_rng: StdRng,
     /// Chance in a hundred, per step, that a producer posts an event.
     pub post_percent: u32,
     pub endpoints: Vec<SimEndpoint>,
@@ -65,10 +78,32 @@ pub struct Workload {
     pub deleted: Vec<SimEndpoint>,
     pub ledger: Arc<Mutex<Ledger>>,
     next_key: u64,
+    /// Steps taken: the time of the workload, for keys used in turns.
+    steps: u64,
     trace: Trace,
 }
 
 const TYPES: [&str; 3] = ["order.created", "order.paid", "user.deleted"];
+
+/// The ordering keys events carry: a handful, so each key's queue holds
+/// several deliveries at once under load and faults.
+const ORDERING_KEYS: [&str; 5] = ["acct-1", "acct-2", "acct-3", "acct-4", "acct-5"];
+/// Chance in a hundred that an event carries an ordering key.
+const KEYED_PERCENT: u32 = 70;
+/// Chance in a hundred that a keyed event carries the key of the turn
+/// instead: two keys used by turns of [`TURN_STEPS`], each idle longer
+/// than the retention while the other is used, so retention forgets it and
+/// it starts again from sequence 1.
+const TURN_KEY_PERCENT: u32 = 20;
+/// Steps of one turn: 20 s.
+const TURN_STEPS: u64 = 1_000;
+/// Attempts of an ordered endpoint's delivery before it is dead, and how
+/// long it may fail: little, so heads die under faults (an open breaker
+/// spaces attempts out) and keys block (`block`) or go on (`skip`).
+const ORDERED_ATTEMPTS_MAX: u32 = 4;
+const ORDERED_MAX_AGE_S: u64 = 10;
+/// Mixed into the workload's seed for its ordering generator.
+const ORDER_SEED_SALT: u64 = 0x6f72_6465_7265_6421;
 
 /// The payload of the `n`th event: its number makes it unique, and the
 /// text outside ASCII shows a body altered on its way (re-encoded, escaped).
@@ -86,6 +121,8 @@ struct Post {
     label: String,
     /// The JSON text of each event's payload, in the order posted.
     payloads: Vec<String>,
+    /// Each event's ordering key, in the same order.
+    ordering_keys: Vec<Option<&'static str>>,
 }
 
 /// The range a seed draws its load from, in percent per step.
@@ -104,18 +141,19 @@ impl Workload {
         trace.record(format!("workload posts with {post_percent}% per step"));
         Self {
             rng,
+            order_rng: StdRng::seed_from_u64(seed ^ ORDER_SEED_SALT),
             post_percent,
             endpoints: Vec::new(),
             deleted: Vec::new(),
             ledger: Arc::default(),
             next_key: 0,
+            steps: 0,
             trace,
         }
     }
 
     fn pick_node(&mut self, cluster: &Cluster) -> Option<NodeId> {
-        let up = cluster.up();
-        (!up.is_empty()).then(|| up[self.rng.random_range(0..up.len())])
+        pick_node_with(&mut self.rng, cluster)
     }
 
     /// Registers `count` endpoints through the leader, each with its own
@@ -145,33 +183,47 @@ impl Workload {
             receivers.set(&name, behavior, secret.clone());
             let types: Vec<String> =
                 TYPES.iter().filter(|_| self.rng.random_bool(0.6)).map(|t| t.to_string()).collect();
-            let body = json!({
+            let ordering = match self.order_rng.random_range(0..3) {
+                0 => None,
+                1 => Some(OnDead::Block),
+                _ => Some(OnDead::Skip),
+            };
+            let (attempts_max, max_age_s) =
+                if ordering.is_some() { (ORDERED_ATTEMPTS_MAX, ORDERED_MAX_AGE_S) } else { (40, 3_600) };
+            let mut body = json!({
                 "url": Receivers::url(&name),
                 "secret": secret.to_whsec(),
                 "event_types": if types.is_empty() { Value::Null } else { json!(types) },
                 "timeout_ms": 1_000,
                 "max_in_flight": 4,
-                "retry": {"attempts_max": 40, "base_ms": 100, "cap_ms": 2_000, "max_age_s": 3_600},
+                "retry": {"attempts_max": attempts_max, "base_ms": 100, "cap_ms": 2_000, "max_age_s": max_age_s},
             });
+            if let Some(on_dead) = ordering {
+                body["ordering"] = json!("per_key");
+                body["on_dead"] = json!(if on_dead == OnDead::Block { "block" } else { "skip" });
+            }
             let router = cluster.router(leader).ok_or_else(|| anyhow::anyhow!("leader has no router"))?;
             let answer = call(router, "POST", "/v1/endpoints", Some(body), None)
                 .await
                 .ok_or_else(|| anyhow::anyhow!("register endpoint: no answer"))?;
             let id = answer.body["id"].as_str().ok_or_else(|| anyhow::anyhow!("register endpoint: {}", answer.body))?;
-            self.trace.record(format!("workload endpoint {id} {name} {behavior:?}"));
-            self.endpoints.push(SimEndpoint { id: id.to_string(), receiver: name, event_types: types });
+            self.trace.record(format!("workload endpoint {id} {name} {behavior:?} ordering {ordering:?}"));
+            self.endpoints.push(SimEndpoint { id: id.to_string(), receiver: name, event_types: types, ordering });
         }
         Ok(())
     }
 
     /// One step of the producers and the operator, at most a few requests.
     pub fn step(&mut self, cluster: &Cluster) {
+        self.steps += 1;
         if self.endpoints.is_empty() {
             return;
         }
         let roll = self.rng.random_range(0..100);
         if roll < self.post_percent {
             self.post_event(cluster);
+        } else if roll == 96 {
+            self.skip_blocked(cluster);
         } else if roll == 97 {
             self.replay_dead(cluster);
         } else if roll == 98 {
@@ -189,7 +241,7 @@ impl Workload {
         let key = format!("k{}", self.next_key);
         let payload = payload(self.next_key);
         let payloads = vec![payload.to_string()];
-        let body = if self.rng.random_bool(0.5) {
+        let mut body = if self.rng.random_bool(0.5) {
             let targets: Vec<&str> =
                 self.endpoints.iter().filter(|_| self.rng.random_bool(0.4)).map(|e| e.id.as_str()).collect();
             let targets = if targets.is_empty() { vec![self.endpoints[0].id.as_str()] } else { targets };
@@ -198,7 +250,11 @@ impl Workload {
             let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
             json!({"type": event_type, "payload": payload})
         };
-        let post = Post { path: "/v1/events", body, key: Some(key.clone()), label: key, payloads };
+        let ordering_keys = vec![self.ordering_key()];
+        if let Some(ordering_key) = &ordering_keys[0] {
+            body["ordering_key"] = json!(ordering_key);
+        }
+        let post = Post { path: "/v1/events", body, key: Some(key.clone()), label: key, payloads, ordering_keys };
         self.produce_in_background(cluster, post, 1);
     }
 
@@ -211,18 +267,26 @@ impl Workload {
         let mut keys = Vec::with_capacity(count);
         let mut events = Vec::with_capacity(count);
         let mut payloads = Vec::with_capacity(count);
+        let mut ordering_keys = Vec::with_capacity(count);
         for _ in 0..count {
             self.next_key += 1;
             let key = format!("k{}", self.next_key);
             let event_type = TYPES[self.rng.random_range(0..TYPES.len())];
             let payload = payload(self.next_key);
             payloads.push(payload.to_string());
-            events.push(json!({"type": event_type, "payload": payload, "idempotency_key": key}));
+            let mut event = json!({"type": event_type, "payload": payload, "idempotency_key": key});
+            let ordering_key = self.ordering_key();
+            if let Some(ordering_key) = &ordering_key {
+                event["ordering_key"] = json!(ordering_key);
+            }
+            ordering_keys.push(ordering_key);
+            events.push(event);
             keys.push(key);
         }
         let label = keys.join(",");
         self.ledger.lock().unwrap_or_else(|p| p.into_inner()).batches.push(keys);
-        let post = Post { path: "/v1/events/batch", body: json!({"events": events}), key: None, label, payloads };
+        let body = json!({"events": events});
+        let post = Post { path: "/v1/events/batch", body, key: None, label, payloads, ordering_keys };
         self.produce_in_background(cluster, post, count as u64);
     }
 
@@ -236,6 +300,11 @@ impl Workload {
             counts.offered += events;
             counts.in_flight += 1;
             counts.posted.extend(post.payloads.iter().cloned());
+            for (payload, key) in post.payloads.iter().zip(&post.ordering_keys) {
+                if let Some(key) = key {
+                    counts.ordering_keys.insert(payload.clone(), key.to_string());
+                }
+            }
         }
         tokio::spawn(async move {
             Self::produce(order, &post, &ledger, &trace).await;
@@ -286,6 +355,45 @@ impl Workload {
         ledger.lock().unwrap_or_else(|p| p.into_inner()).gave_up += 1;
     }
 
+    /// The ordering key of the next event, if it gets one.
+    fn ordering_key(&mut self) -> Option<&'static str> {
+        if self.order_rng.random_range(0..100) >= KEYED_PERCENT {
+            return None;
+        }
+        if self.order_rng.random_range(0..100) < TURN_KEY_PERCENT {
+            return Some(if (self.steps / TURN_STEPS).is_multiple_of(2) { "turn-a" } else { "turn-b" });
+        }
+        Some(ORDERING_KEYS[self.order_rng.random_range(0..ORDERING_KEYS.len())])
+    }
+
+    /// The operator looks at the keys a dead head blocks on one endpoint
+    /// that blocks (`on_dead: block`) and skips the first.
+    fn skip_blocked(&mut self, cluster: &Cluster) {
+        let blocking: Vec<&SimEndpoint> = self.endpoints.iter().filter(|e| e.ordering == Some(OnDead::Block)).collect();
+        if blocking.is_empty() {
+            return;
+        }
+        let endpoint = blocking[self.order_rng.random_range(0..blocking.len())].id.clone();
+        let Some(router) = pick_node_with(&mut self.order_rng, cluster).and_then(|id| cluster.router(id)) else {
+            return;
+        };
+        let trace = self.trace.clone();
+        tokio::spawn(async move { skip_blocked_keys(router, &endpoint, 1, &trace).await });
+    }
+
+    /// After healing: the operator skips every key blocked by a dead head
+    /// on the endpoints that block, through `via`, so what waits behind
+    /// them goes (the run settles only once every delivery is over). The
+    /// endpoints it asked to delete too: the request may have failed.
+    pub fn unblock(&self, via: Option<axum::Router>) {
+        let Some(router) = via else { return };
+        let endpoints = self.endpoints.iter().chain(&self.deleted);
+        for endpoint in endpoints.filter(|e| e.ordering == Some(OnDead::Block)) {
+            let (router, endpoint, trace) = (router.clone(), endpoint.id.clone(), self.trace.clone());
+            tokio::spawn(async move { skip_blocked_keys(router, &endpoint, usize::MAX, &trace).await });
+        }
+    }
+
     fn replay_dead(&mut self, cluster: &Cluster) {
         let endpoint = self.endpoints[self.rng.random_range(0..self.endpoints.len())].id.clone();
         let Some(router) = self.pick_node(cluster).and_then(|id| cluster.router(id)) else { return };
@@ -320,5 +428,29 @@ impl Workload {
             let body = json!({"max_in_flight": max_in_flight});
             let _ = call(router, "PATCH", &format!("/v1/endpoints/{endpoint}"), Some(body), None).await;
         });
+    }
+}
+
+fn pick_node_with(rng: &mut StdRng, cluster: &Cluster) -> Option<NodeId> {
+    let up = cluster.up();
+    (!up.is_empty()).then(|| up[rng.random_range(0..up.len())])
+}
+
+/// Lists the keys of `endpoint` a dead head blocks and skips up to `max`
+/// of them, one request each.
+async fn skip_blocked_keys(router: axum::Router, endpoint: &str, max: usize, trace: &Trace) {
+    let path = format!("/v1/endpoints/{endpoint}/blocked-keys");
+    let Some(listed) = call(router.clone(), "GET", &path, None, None).await else { return };
+    let keys: Vec<String> = listed.body["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["ordering_key"].as_str().map(str::to_owned))
+        .take(max)
+        .collect();
+    for key in keys {
+        let body = json!({"ordering_key": key});
+        let answer = call(router.clone(), "POST", &format!("{path}/skip"), Some(body), None).await;
+        trace.record(format!("workload skip {endpoint} {key}: {:?}", answer.map(|a| a.status.as_u16())));
     }
 }

@@ -10,6 +10,7 @@ thread_local! {
     static SPLIT_BATCH: Cell<bool> = const { Cell::new(false) };
     static PRUNE_ACTIVE: Cell<bool> = const { Cell::new(false) };
     static SEND_SEALED: Cell<bool> = const { Cell::new(false) };
+    static OUT_OF_TURN: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `--break fencing`: `apply` accepts outcomes whatever their token.
@@ -58,4 +59,14 @@ pub fn set_send_sealed(on: bool) {
 
 pub fn send_sealed() -> bool {
     SEND_SEALED.with(Cell::get)
+}
+
+/// `--break ordering`: an endpoint actor attempts an ordered delivery
+/// whether or not it is its key's head, as if the endpoint were unordered.
+pub fn set_out_of_turn(on: bool) {
+    OUT_OF_TURN.with(|c| c.set(on));
+}
+
+pub fn out_of_turn() -> bool {
+    OUT_OF_TURN.with(Cell::get)
 }

@@ -9,7 +9,7 @@
 //! the head, blocking the key until it is replayed or skipped; `Skip`
 //! settles it and lets the next one go. A replayed delivery goes back in
 //! its sequence's place. A key with nothing waiting keeps only its last
-//! sequence number, until retention forgets the key with its last event.
+//! sequence number, until retention forgets the last of its deliveries.
 //!
 //! Nothing here reads a clock or knows about shards: the replicated state
 //! applies these operations in log order, so every replica holds the same
@@ -197,14 +197,13 @@ impl<K: Ord + Clone> OrderedKeys<K> {
         order.head()
     }
 
-    /// Retention forgot the key's delivery of `sequence`: when nothing of
-    /// the key waits and that was its last sequence, the key is forgotten
-    /// too (a later event of the key starts again at 1).
-    pub fn forgotten(&mut self, key: &K, sequence: u64) {
-        if let Some(order) = self.keys.get(key)
-            && order.waiting.is_empty()
-            && order.last_sequence <= sequence
-        {
+    /// Retention forgot the last delivery of the key the state held (of
+    /// any run of it): when nothing of the key waits, the key is forgotten
+    /// too, and a later event of the key starts again at 1. Not before:
+    /// a delivery still held could be replayed into its sequence's place,
+    /// and two runs of one key would share their numbers.
+    pub fn forgotten(&mut self, key: &K) {
+        if self.keys.get(key).is_some_and(|order| order.waiting.is_empty()) {
             self.keys.remove(key);
         }
     }

@@ -249,6 +249,10 @@ impl EndpointState {
                 // An ordered delivery goes only as its key's head.
                 (resolve(head, in_flight, delivery, &self.endpoint_id), delivery.is_none_or(|d| guard.may_attempt(d)))
             };
+            // Deliberately wrong (simulator's `--break ordering`): every
+            // delivery is its key's head.
+            #[cfg(feature = "break")]
+            let turn = turn || hookraft_core::breaks::out_of_turn();
             match resolution {
                 // Not its turn: parked until the delivery before it settles
                 // and the observer wakes it (`hookraft-node`'s observer).

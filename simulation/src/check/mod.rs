@@ -6,6 +6,7 @@ pub mod fencing;
 pub mod liveness;
 pub mod lost;
 pub mod one_sender;
+pub mod ordering;
 pub mod payloads;
 pub mod pruned;
 pub mod replicas;
@@ -22,16 +23,22 @@ use crate::trace::Trace;
 pub struct Taps {
     pub fencing: fencing::FencingTap,
     pub pruned: pruned::PruneTap,
+    pub ordering: ordering::OrderingTap,
 }
 
 impl Taps {
     pub fn new(trace: Trace) -> Self {
-        Self { fencing: fencing::FencingTap::new(trace.clone()), pruned: pruned::PruneTap::new(trace) }
+        Self {
+            fencing: fencing::FencingTap::new(trace.clone()),
+            pruned: pruned::PruneTap::new(trace),
+            ordering: ordering::OrderingTap::new(),
+        }
     }
 
     pub fn violations(&self) -> Vec<Violation> {
         let mut found = self.fencing.violations();
         found.extend(self.pruned.violations());
+        found.extend(self.ordering.violations());
         found
     }
 }
@@ -40,6 +47,7 @@ impl ApplyObserver for Taps {
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
         self.fencing.applied(state, command, response);
         self.pruned.observe(state, command, response);
+        self.ordering.observe(state, command, response);
     }
 }
 
@@ -68,4 +76,25 @@ impl Violation {
     pub fn liveness(checker: &'static str, detail: impl Into<String>) -> Self {
         Self { checker, kind: Kind::Liveness, detail: detail.into() }
     }
+}
+
+/// Violations a checker lists one by one; the rest are counted in one more.
+pub const LISTED_MAX: usize = 5;
+
+/// The first [`LISTED_MAX`] of `details` as safety violations, and the
+/// number of the rest (`things`) in one more.
+pub fn listed(checker: &'static str, details: impl Iterator<Item = String>, things: &str) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut more = 0usize;
+    for detail in details {
+        if found.len() < LISTED_MAX {
+            found.push(Violation::safety(checker, detail));
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 {
+        found.push(Violation::safety(checker, format!("and {more} more {things} like these")));
+    }
+    found
 }

@@ -16,12 +16,9 @@ use std::collections::BTreeMap;
 use hookraft_core::payload::{self, Keyring, Payload};
 use hookraft_core::state::ClusterState;
 
-use super::Violation;
+use super::{Violation, listed};
 use crate::receivers::SendRecord;
 use crate::workload::Ledger;
-
-/// Violations listed one by one; the rest are counted in one more.
-const LISTED_MAX: usize = 5;
 
 /// Checks the body of every request in `sends` against what was posted.
 pub fn sent(ledger: &Ledger, sends: &[SendRecord]) -> Vec<Violation> {
@@ -104,24 +101,6 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The first [`LISTED_MAX`] of `details` as safety violations, and the
-/// number of the rest in one more.
-fn listed(checker: &'static str, details: impl Iterator<Item = String>, things: &str) -> Vec<Violation> {
-    let mut found = Vec::new();
-    let mut more = 0usize;
-    for detail in details {
-        if found.len() < LISTED_MAX {
-            found.push(Violation::safety(checker, detail));
-        } else {
-            more += 1;
-        }
-    }
-    if more > 0 {
-        found.push(Violation::safety(checker, format!("and {more} more {things} like these")));
-    }
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -132,6 +111,7 @@ mod tests {
     use hookraft_node::SeededEntropy;
 
     use super::*;
+    use crate::check::LISTED_MAX;
     use crate::keys::RunKeys;
 
     const POSTED: &str = r#"{"n":1,"note":"naïve café ☕"}"#;
@@ -152,9 +132,12 @@ mod tests {
             event_id: event_id.into(),
             delivery_id: "dlv_a".into(),
             answered: Some(200),
+            answered_at_ms: 2,
             in_time: true,
             signature_valid: true,
             body: Arc::from(body),
+            sequence: None,
+            ordering_key: None,
         }
     }
 

@@ -41,6 +41,9 @@ impl ClusterState {
         };
 
         let mut created = Vec::with_capacity(targets.len());
+        // Ordered deliveries created dead, placed once their event (and so
+        // their key) is in the state.
+        let mut created_dead = Vec::new();
         for (endpoint_id, disabled) in targets {
             let id = DeliveryId::derive(&new.id, &endpoint_id);
             let mut delivery = Delivery {
@@ -70,12 +73,10 @@ impl ClusterState {
                 self.index_delivery(&id, &endpoint_id, true);
             }
             self.count_bytes(delivery_bytes(&delivery), true);
-            let ordered = delivery.sequence != 0;
-            self.deliveries.insert(id, Arc::new(delivery));
-            if ordered && disabled {
-                // Created dead: it blocks its key, or passes, by the endpoint's rule.
-                self.place_ordered(&id);
+            if delivery.sequence != 0 && disabled {
+                created_dead.push(id);
             }
+            self.deliveries.insert(id, Arc::new(delivery));
             created.push((id, endpoint_id));
         }
 
@@ -95,6 +96,11 @@ impl ClusterState {
         });
         self.count_bytes(event_bytes(&event), true);
         self.events.insert(new.id, event);
+        for id in &created_dead {
+            // Created dead: it blocks its key, or passes, by the endpoint's
+            // rule. Placed after the event is in: the key is the event's.
+            self.place_ordered(id);
+        }
         IngestResult::Created { event_id: new.id, deliveries: created }
     }
 }

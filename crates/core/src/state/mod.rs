@@ -93,6 +93,11 @@ pub struct ClusterState {
     /// ordered delivery (`state/ordered.rs`). Encoded last: a snapshot of
     /// the first layout has none (`ClusterStateV1`).
     ordered: crate::ordering::OrderedKeys<ordered::OrderKey>,
+    /// How many numbered deliveries of each ordered key the state holds:
+    /// a key is forgotten with the last of them. Derived from `deliveries`,
+    /// never encoded, counted again after a decode.
+    #[serde(skip)]
+    numbered: BTreeMap<ordered::OrderKey, u32>,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
@@ -168,8 +173,10 @@ impl From<Encoded<Ordered>> for ClusterState {
             dead,
             usage: Usage::default(),
             ordered,
+            numbered: BTreeMap::new(),
         };
         state.recount_usage();
+        state.numbered = state.counted_numbered();
         state
     }
 }
@@ -241,6 +248,7 @@ impl Default for ClusterState {
             dead: BTreeMap::new(),
             usage: Usage::default(),
             ordered: Default::default(),
+            numbered: BTreeMap::new(),
         }
     }
 }
@@ -395,6 +403,9 @@ impl ClusterState {
             return Err("a shard token is above the last token granted".into());
         }
         self.check_ordered()?;
+        if self.numbered != self.counted_numbered() {
+            return Err("the numbered deliveries counted per key disagree with the records".into());
+        }
         let counted = self.counted_usage();
         if self.usage != counted {
             return Err(format!("usage counters say {:?}, the records {counted:?}", self.usage));

@@ -56,9 +56,29 @@ impl ClusterState {
     pub(super) fn sequence_new(&mut self, endpoint: &EndpointId, key: Option<&str>, delivery: &mut Delivery) {
         let ordered = self.endpoints.get(endpoint).is_some_and(|e| e.ordering != Ordering::None);
         if let (true, Some(key)) = (ordered, key) {
-            let sequence = self.ordered.enqueue((*endpoint, key.into()), delivery.id);
+            let key: OrderKey = (*endpoint, key.into());
+            let sequence = self.ordered.enqueue(key.clone(), delivery.id);
             delivery.sequence = u32::try_from(sequence).unwrap_or(u32::MAX);
+            *self.numbered.entry(key).or_default() += 1;
         }
+    }
+
+    /// The key a numbered delivery was numbered in, whatever its endpoint's
+    /// ordering now.
+    fn numbered_key(delivery: &Delivery, event: &Event) -> Option<OrderKey> {
+        let key = event.ordering_key.as_ref().filter(|_| delivery.sequence != 0)?;
+        Some((delivery.endpoint_id, key.clone()))
+    }
+
+    /// The numbered deliveries of each key, counted from the records.
+    pub(super) fn counted_numbered(&self) -> BTreeMap<OrderKey, u32> {
+        let mut counted: BTreeMap<OrderKey, u32> = BTreeMap::new();
+        for delivery in self.deliveries.values() {
+            if let Some(key) = self.events.get(&delivery.event_id).and_then(|e| Self::numbered_key(delivery, e)) {
+                *counted.entry(key).or_default() += 1;
+            }
+        }
+        counted
     }
 
     /// Puts an ordered delivery where its record now says, after a change.
@@ -70,12 +90,18 @@ impl ClusterState {
         }
     }
 
-    /// Retention takes out an ordered delivery (its event is pruned).
+    /// Retention takes out an ordered delivery (its event is pruned): the
+    /// last of its key the state held takes the key with it. Not the one
+    /// of the key's last sequence: a delivery before it may still be held
+    /// (dead, its event kept by another endpoint's delivery, or a run of
+    /// the key before), and a replay of it would number in among the new.
     pub(super) fn forget_ordered(&mut self, delivery: &Delivery, event: &Event) {
-        if delivery.sequence != 0
-            && let Some(key) = &event.ordering_key
-        {
-            self.ordered.forgotten(&(delivery.endpoint_id, key.clone()), u64::from(delivery.sequence));
+        let Some(key) = Self::numbered_key(delivery, event) else { return };
+        let Some(count) = self.numbered.get_mut(&key) else { return };
+        *count -= 1;
+        if *count == 0 {
+            self.numbered.remove(&key);
+            self.ordered.forgotten(&key);
         }
     }
 
@@ -110,6 +136,17 @@ impl ClusterState {
             Some((key, _)) => self.ordered.may_attempt(&key, &delivery.id),
             None => true,
         }
+    }
+
+    /// Whether `delivery` is dead and still holds its place in its key's
+    /// queue: under `Block`, neither replayed nor skipped. Retention keeps
+    /// it (and its event), as it keeps work still to do: the key waits on
+    /// it, and only a replay or a skip may let the key go.
+    pub fn holds_its_key(&self, delivery: &Delivery) -> bool {
+        delivery.sequence != 0
+            && delivery.state == DeliveryState::Dead
+            && key_of(delivery, &self.events, &self.endpoints)
+                .is_some_and(|(_, on_dead)| place_of(delivery, on_dead) == Place::Blocking)
     }
 
     /// The head of `delivery`'s key now (to wake once a delivery of the

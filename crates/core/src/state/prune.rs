@@ -4,8 +4,9 @@
 //! (DESIGN §4); applying it removes, oldest first, up to `max_events` events
 //! received before `before_ms` whose every delivery is delivered or dead,
 //! with their deliveries and idempotency keys. An event with a delivery
-//! still pending or retrying is kept whatever its age: retention never
-//! drops work. Events are keyed by ULID, which starts with the time the
+//! still pending or retrying, or dead and blocking its ordering key (under
+//! `on_dead: block`, until it is replayed or skipped), is kept whatever its
+//! age: retention never drops work. Events are keyed by ULID, which starts with the time the
 //! receiving node gave it, so the oldest come first and the scan stops at
 //! the first event received after `before_ms` (or after [`PRUNE_SCAN_MAX`]
 //! events looked at), which keeps one apply short however large the state.
@@ -71,8 +72,12 @@ impl ClusterState {
             // give or take clock skew.
             .take_while(move |(id, event)| id.created_at_ms() < before_ms || event.received_at_ms < before_ms)
             .filter(move |(_, event)| {
-                let over =
-                    event.deliveries.iter().all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal()));
+                // A dead delivery that blocks its key is not over: forgetting
+                // it would leave the key waiting on a delivery that is gone.
+                let over = event
+                    .deliveries
+                    .iter()
+                    .all(|d| self.deliveries.get(d).is_none_or(|d| d.state.is_terminal() && !self.holds_its_key(d)));
                 #[cfg(feature = "break")]
                 let over = over || crate::breaks::prune_active();
                 event.received_at_ms < before_ms && over

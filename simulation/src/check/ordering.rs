@@ -1,0 +1,548 @@
+//! Ordered delivery per key, as the receivers saw it.
+//!
+//! [`OrderingTap`] watches every node's applies and notes each ordered
+//! delivery as it is first committed: its endpoint, key and sequence, and
+//! the key's *run* it belongs to (a key retention forgot starts again at 1:
+//! a new run). Every node applies the same log, so the first node to apply
+//! a delivery sees them all in log order, and the tap checks the numbering
+//! itself: each run of a key counts 1, 2, 3… without a gap, and a new run
+//! starts only once every delivery of the run before is gone from the
+//! state (two runs held at once would share their numbers).
+//!
+//! [`check`] then holds the receivers to the order, per endpoint, key and
+//! run, taking requests in the order they arrived:
+//! - a request for sequence s + 1 never arrives before a request for s was
+//!   answered 2xx, or s was dead-lettered and let its key go (under `skip`,
+//!   as soon as it was dead; under `block`, once an operator skipped it). A
+//!   request for a sequence already answered 2xx is a duplicate (a stale
+//!   owner's, or a retry after a lost answer) and allowed: delivery is at
+//!   least once;
+//! - the sequences answered 2xx are gap-free from 1, but for deliveries
+//!   that were dead-lettered;
+//! - every request of an ordered delivery (an ordered endpoint, an event
+//!   posted with a key) carries its `webhook-sequence` and
+//!   `webhook-ordering-key`, as numbered and as posted, and every other
+//!   request neither.
+//!
+//! Whether a delivery was dead-lettered or skipped is read from its final
+//! record (the state's, or as retention pruned it): its timeline keeps
+//! both, even after a replay.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use hookraft_core::command::{Command, IngestResult, Response};
+use hookraft_core::ids::{DeliveryId, EndpointId};
+use hookraft_core::model::{Delivery, DeliveryState, TimelineEntry};
+use hookraft_core::ordering::OnDead;
+use hookraft_core::state::ClusterState;
+
+use super::pruned::Pruned;
+use super::{Violation, listed};
+use crate::receivers::SendRecord;
+use crate::workload::Ledger;
+
+const CHECKER: &str = "ordering";
+
+/// An endpoint and an ordering key.
+type Key = (EndpointId, Box<str>);
+
+/// Where an ordered delivery stands in its key's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Numbered {
+    pub endpoint: EndpointId,
+    pub key: Box<str>,
+    /// Which run of the key (from 1): a key retention forgot starts again.
+    pub run: u32,
+    pub sequence: u64,
+}
+
+/// The numbering of every ordered delivery of a simulated run.
+#[derive(Debug, Clone, Default)]
+pub struct Sequences {
+    /// Every ordered delivery, as numbered when first committed.
+    pub deliveries: BTreeMap<DeliveryId, Numbered>,
+    /// Each key's current run: its number and its deliveries by sequence.
+    runs: BTreeMap<Key, (u32, BTreeMap<u64, DeliveryId>)>,
+    /// Each run's deliveries by sequence, runs over included.
+    by_run: BTreeMap<(Key, u32), BTreeMap<u64, DeliveryId>>,
+}
+
+impl Sequences {
+    /// Notes a delivery numbered `sequence` in `key` as it is committed,
+    /// in log order; `state` is the state just after. Answers what is
+    /// wrong with the numbering, if anything.
+    pub fn number(
+        &mut self,
+        id: DeliveryId,
+        endpoint: EndpointId,
+        key: &str,
+        sequence: u64,
+        state: &ClusterState,
+    ) -> Option<String> {
+        let order_key: Key = (endpoint, key.into());
+        let (run, sequences) = self.runs.entry(order_key.clone()).or_default();
+        let mut wrong = None;
+        if sequence == 1 {
+            // A new run: the key was forgotten, so nothing of the run before
+            // is left in the state (a replay of it would number among the new).
+            if let Some((held_sequence, held)) = sequences.iter().find(|(_, d)| state.deliveries.contains_key(*d)) {
+                wrong = Some(format!(
+                    "{id} of key {key:?} of {endpoint} starts the key again at 1 while #{held_sequence} ({held}) of \
+                     it is still in the state"
+                ));
+            }
+            *run += 1;
+            sequences.clear();
+        } else {
+            let last = sequences.last_key_value().map_or(0, |(s, _)| *s);
+            if sequence != last + 1 {
+                wrong = Some(format!("{id} of key {key:?} of {endpoint} is numbered {sequence} after {last}"));
+            }
+        }
+        sequences.insert(sequence, id);
+        let run = (*run).max(1);
+        self.by_run.entry((order_key, run)).or_default().insert(sequence, id);
+        self.deliveries.insert(id, Numbered { endpoint, key: key.into(), run, sequence });
+        wrong
+    }
+
+    /// The delivery of `sequence` in the run of `numbered`.
+    fn in_run(&self, numbered: &Numbered, sequence: u64) -> Option<DeliveryId> {
+        let key = (numbered.endpoint, numbered.key.clone());
+        self.by_run.get(&(key, numbered.run))?.get(&sequence).copied()
+    }
+}
+
+/// Notes ordered deliveries as every node applies their commit.
+#[derive(Default)]
+pub struct OrderingTap {
+    inner: Mutex<(Sequences, Vec<String>, BTreeSet<DeliveryId>)>,
+}
+
+impl OrderingTap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn sequences(&self) -> Sequences {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.clone()
+    }
+
+    pub fn violations(&self) -> Vec<Violation> {
+        let found = self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.clone();
+        listed(CHECKER, found.into_iter(), "numbering violations")
+    }
+
+    pub fn observe(&self, state: &ClusterState, command: &Command, response: &Response) {
+        let mut created = Vec::new();
+        created_by(command, response, &mut created);
+        if created.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (sequences, found, flagged) = &mut *inner;
+        for (id, endpoint) in created {
+            if sequences.deliveries.contains_key(id) || flagged.contains(id) {
+                continue; // seen on a node that applied it first
+            }
+            let Some(delivery) = state.deliveries.get(id) else { continue };
+            let key = state.events.get(&delivery.event_id).and_then(|e| e.ordering_key.as_deref());
+            // The state is the one after the whole entry: an endpoint
+            // deleted later in the same batch is not there to say (the
+            // workload never changes an endpoint's ordering).
+            let ordered = state.endpoints.get(endpoint).map(|e| e.ordering.on_dead().is_some());
+            let wrong = match (delivery.sequence, key, ordered) {
+                (0, Some(_), Some(true)) => {
+                    Some(format!("{id} to {endpoint}, ordered, of a keyed event has no sequence"))
+                }
+                (0, _, _) => None,
+                (sequence, Some(key), Some(true) | None) => {
+                    sequences.number(*id, *endpoint, key, u64::from(sequence), state)
+                }
+                (sequence, _, _) => Some(format!("{id} to {endpoint} is numbered {sequence} but is not ordered")),
+            };
+            if let Some(detail) = wrong {
+                flagged.insert(*id);
+                found.push(detail);
+            }
+        }
+    }
+}
+
+/// The deliveries `command` created, as `response` names them.
+fn created_by<'a>(command: &Command, response: &'a Response, out: &mut Vec<&'a (DeliveryId, EndpointId)>) {
+    match (command, response) {
+        (Command::Batch(commands), Response::Batch(responses)) => {
+            for (command, response) in commands.iter().zip(responses) {
+                created_by(command, response, out);
+            }
+        }
+        (Command::IngestEvents { .. } | Command::IngestEventsFrom { .. }, Response::Ingested { results }) => {
+            for result in results {
+                if let IngestResult::Created { deliveries, .. } = result {
+                    out.extend(deliveries.iter());
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What became of an ordered delivery, from its final record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fate {
+    /// It was dead-lettered at some point.
+    dead: bool,
+    /// An operator skipped it while it blocked its key.
+    skipped: bool,
+}
+
+fn fate(delivery: Option<&Delivery>) -> Fate {
+    let Some(delivery) = delivery else { return Fate { dead: false, skipped: false } };
+    // Entries a long timeline dropped may have held either: assume they did.
+    let truncated = matches!(delivery.history.first(), Some(TimelineEntry::Truncated { .. }));
+    let dead = truncated
+        || delivery.state == DeliveryState::Dead
+        || delivery.history.iter().any(|e| matches!(e, TimelineEntry::Dead { .. }));
+    let skipped = truncated || delivery.history.iter().any(|e| matches!(e, TimelineEntry::Skipped { .. }));
+    Fate { dead, skipped }
+}
+
+/// Whether a dead-lettered delivery of this fate lets its key go on.
+fn lets_go(fate: Fate, on_dead: OnDead) -> bool {
+    match on_dead {
+        OnDead::Skip => fate.dead,
+        OnDead::Block => fate.skipped,
+    }
+}
+
+/// Checks the requests receivers got against the order of their keys.
+/// `modes` names each receiver's endpoint's ordering (`None`: unordered).
+pub fn check(
+    sequences: &Sequences,
+    state: &ClusterState,
+    pruned: &Pruned,
+    modes: &BTreeMap<String, Option<OnDead>>,
+    ledger: &Ledger,
+    sends: &[SendRecord],
+) -> Vec<Violation> {
+    let record = |id: &DeliveryId| pruned.kept_or_pruned(state, id);
+    let mut wrong = Vec::new();
+    // Per key and run: the earliest 2xx answer to each sequence so far.
+    let mut answered: BTreeMap<(Key, u32), BTreeMap<u64, u64>> = BTreeMap::new();
+    for send in sends {
+        let Some(mode) = modes.get(&send.receiver) else { continue };
+        let numbered = DeliveryId::parse(&send.delivery_id).ok().and_then(|id| sequences.deliveries.get(&id));
+        wrong.extend(headers(send, *mode, numbered, ledger));
+        let (Some(on_dead), Some(numbered)) = (mode, numbered) else { continue };
+        let run_key = ((numbered.endpoint, numbered.key.clone()), numbered.run);
+        let run = answered.entry(run_key).or_default();
+        let before = |sequence: u64| run.get(&sequence).is_some_and(|at| *at <= send.at_ms);
+        let sequence = numbered.sequence;
+        if sequence > 1 && !before(sequence) && !before(sequence - 1) {
+            let previous = sequences.in_run(numbered, sequence - 1);
+            let released = previous.is_some_and(|p| lets_go(fate(record(&p)), *on_dead));
+            if !released {
+                let previous = previous.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+                wrong.push(format!(
+                    "{} got {}#{sequence} ({}, from node {}) at {} ms before #{} ({previous}) was answered 2xx{}",
+                    send.receiver,
+                    numbered.key,
+                    send.delivery_id,
+                    send.origin.node_id,
+                    send.at_ms,
+                    sequence - 1,
+                    if *on_dead == OnDead::Skip { " or dead" } else { " or skipped" }
+                ));
+            }
+        }
+        if send.answered.is_some_and(|c| (200..300).contains(&c)) {
+            let at = run.entry(sequence).or_insert(send.answered_at_ms);
+            *at = (*at).min(send.answered_at_ms);
+        }
+    }
+    // Gap-free: below the highest sequence answered 2xx, each was too, or died.
+    for ((key, run), delivered) in &answered {
+        let Some(highest) = delivered.keys().next_back() else { continue };
+        for sequence in 1..*highest {
+            if delivered.contains_key(&sequence) {
+                continue;
+            }
+            let id = sequences.by_run.get(&(key.clone(), *run)).and_then(|s| s.get(&sequence));
+            if id.is_some_and(|id| fate(record(id)).dead) {
+                continue;
+            }
+            wrong.push(format!(
+                "key {:?} of {}: #{highest} was answered 2xx, but #{sequence} ({}) never was and was not \
+                 dead-lettered (a gap)",
+                key.1,
+                key.0,
+                id.map_or_else(|| "unknown".to_string(), |id| id.to_string()),
+            ));
+        }
+    }
+    listed(CHECKER, wrong.into_iter(), "ordering violations")
+}
+
+/// What a run did with ordered delivery, for its report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrderingCounts {
+    /// Ordered deliveries committed.
+    pub deliveries: usize,
+    /// Of them, dead-lettered at some point.
+    pub dead: usize,
+    /// Of them, skipped by the operator while they blocked their key.
+    pub skipped: usize,
+    /// Keys that retention forgot and that started again at 1.
+    pub restarted: usize,
+}
+
+/// Counts what the run did with ordered delivery.
+pub fn counts(sequences: &Sequences, state: &ClusterState, pruned: &Pruned) -> OrderingCounts {
+    let fates: Vec<Fate> = sequences.deliveries.keys().map(|id| fate(pruned.kept_or_pruned(state, id))).collect();
+    OrderingCounts {
+        deliveries: fates.len(),
+        dead: fates.iter().filter(|f| f.dead).count(),
+        skipped: fates.iter().filter(|f| f.skipped).count(),
+        restarted: sequences.by_run.keys().filter(|(_, run)| *run > 1).count(),
+    }
+}
+
+/// What is wrong with `send`'s ordering headers, if anything: an ordered
+/// delivery carries its number and its event's key, any other neither.
+fn headers(send: &SendRecord, mode: Option<OnDead>, numbered: Option<&Numbered>, ledger: &Ledger) -> Option<String> {
+    let body = std::str::from_utf8(&send.body).ok();
+    // The key it was posted with; a body no producer posted (the payload
+    // checker's business) leaves the state's word.
+    let posted_key = body.filter(|b| ledger.posted.contains(*b)).map(|b| ledger.ordering_keys.get(b));
+    let expected_key = match posted_key {
+        Some(key) => mode.and(key.map(String::as_str)),
+        None => numbered.map(|n| &*n.key),
+    };
+    let what = || format!("{} to {} from node {}", send.delivery_id, send.receiver, send.origin.node_id);
+    match (expected_key, numbered) {
+        (None, None) if send.sequence.is_none() && send.ordering_key.is_none() => None,
+        (None, _) => Some(format!(
+            "{} is not ordered but carries sequence {:?} and key {:?} (numbered {:?})",
+            what(),
+            send.sequence,
+            send.ordering_key,
+            numbered.map(|n| n.sequence)
+        )),
+        (Some(key), None) => Some(format!("{} of key {key:?} was never numbered in its key's order", what())),
+        (Some(key), Some(numbered)) => {
+            let sequence = numbered.sequence.to_string();
+            let fine = send.sequence.as_deref() == Some(sequence.as_str())
+                && send.ordering_key.as_deref() == Some(key)
+                && *numbered.key == *key;
+            (!fine).then(|| {
+                format!(
+                    "{} carries sequence {:?} and key {:?}, not {sequence} and {key:?}",
+                    what(),
+                    send.sequence,
+                    send.ordering_key
+                )
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hookraft_core::ids::EventId;
+    use hookraft_core::model::OptionalMs;
+    use hookraft_delivery::transport::SendOrigin;
+
+    use super::*;
+
+    const ENDPOINT: &str = "ep_01J0000000000000000000000E";
+
+    fn endpoint() -> EndpointId {
+        EndpointId::parse(ENDPOINT).unwrap()
+    }
+
+    fn event(n: u64) -> EventId {
+        EventId::parse(&format!("evt_01J00000000000000000000{n:03}")).unwrap()
+    }
+
+    fn body(n: u64) -> String {
+        format!(r#"{{"n":{n}}}"#)
+    }
+
+    /// A run of key `a` of sequences 1..=count, every one in `final_state`,
+    /// and a ledger that posted each with key `a`.
+    struct World {
+        sequences: Sequences,
+        state: ClusterState,
+        ledger: Ledger,
+        modes: BTreeMap<String, Option<OnDead>>,
+    }
+
+    impl World {
+        fn new(count: u64, on_dead: OnDead, final_state: DeliveryState) -> Self {
+            let mut world = Self {
+                sequences: Sequences::default(),
+                state: ClusterState::default(),
+                ledger: Ledger::default(),
+                modes: BTreeMap::from([("r0".to_string(), Some(on_dead))]),
+            };
+            for n in 1..=count {
+                let id = world.id(n);
+                assert_eq!(world.sequences.number(id, endpoint(), "a", n, &ClusterState::default()), None);
+                world.set(n, final_state, &[]);
+                world.ledger.posted.insert(body(n));
+                world.ledger.ordering_keys.insert(body(n), "a".into());
+            }
+            world
+        }
+
+        fn id(&self, n: u64) -> DeliveryId {
+            DeliveryId::derive(&event(n), &endpoint())
+        }
+
+        /// Sets delivery `n`'s final record.
+        fn set(&mut self, n: u64, state: DeliveryState, history: &[TimelineEntry]) {
+            let delivery = Delivery {
+                id: self.id(n),
+                event_id: event(n),
+                endpoint_id: endpoint(),
+                state,
+                initial_state: DeliveryState::Pending,
+                attempt_count: 1,
+                cycle_attempts: 1,
+                sequence: n as u32,
+                cycle_started_at_ms: 0,
+                next_attempt_at_ms: OptionalMs::NONE,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+                history: history.to_vec().into_boxed_slice(),
+            };
+            self.state.deliveries.insert(self.id(n), Arc::new(delivery));
+        }
+
+        /// A request for sequence `n` arriving at `at_ms`, answered `code`
+        /// 2 ms later.
+        fn send(&self, n: u64, at_ms: u64, code: u16) -> SendRecord {
+            SendRecord {
+                at_ms,
+                receiver: "r0".into(),
+                origin: SendOrigin { node_id: 1, shard: 0, token: 1, started_at_ms: at_ms },
+                event_id: event(n).to_string(),
+                delivery_id: self.id(n).to_string(),
+                answered: Some(code),
+                answered_at_ms: at_ms + 2,
+                in_time: true,
+                signature_valid: true,
+                body: Arc::from(body(n).as_bytes()),
+                sequence: Some(n.to_string()),
+                ordering_key: Some("a".into()),
+            }
+        }
+
+        fn check(&self, sends: &[SendRecord]) -> Vec<Violation> {
+            check(&self.sequences, &self.state, &Pruned::default(), &self.modes, &self.ledger, sends)
+        }
+    }
+
+    fn dead() -> TimelineEntry {
+        TimelineEntry::Dead { at_ms: 0, reason: "attempts exhausted".into() }
+    }
+
+    #[test]
+    fn a_key_delivered_in_order_through_a_retry_passes() {
+        let world = World::new(3, OnDead::Block, DeliveryState::Delivered);
+        let sends = [world.send(1, 0, 200), world.send(2, 10, 503), world.send(2, 20, 200), world.send(3, 30, 200)];
+        assert!(world.check(&sends).is_empty(), "{:?}", world.check(&sends));
+    }
+
+    #[test]
+    fn a_send_that_overtakes_its_predecessor_is_a_violation() {
+        let world = World::new(3, OnDead::Skip, DeliveryState::Delivered);
+        // #2 arrives while #1 is still unanswered (answered at 2 ms).
+        let sends = [world.send(1, 0, 200), world.send(2, 1, 200), world.send(3, 10, 200)];
+        let found = world.check(&sends);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].detail.contains("a#2") && found[0].detail.contains("before #1"), "{}", found[0].detail);
+        // A failed answer to #1 does not let #2 go either.
+        let sends = [world.send(1, 0, 503), world.send(2, 10, 200), world.send(1, 20, 200)];
+        assert_eq!(world.check(&sends).len(), 1);
+    }
+
+    #[test]
+    fn a_gap_in_the_sequences_delivered_is_a_violation() {
+        let mut world = World::new(3, OnDead::Skip, DeliveryState::Delivered);
+        world.set(2, DeliveryState::Retrying, &[]);
+        let sends = [world.send(1, 0, 200), world.send(3, 10, 200)];
+        let found = world.check(&sends);
+        assert!(found.iter().any(|v| v.detail.contains("a gap") && v.detail.contains("#2")), "{found:?}");
+        // Had #2 been dead-lettered, under `skip`, there is no gap and #3 may go.
+        world.set(2, DeliveryState::Dead, &[dead()]);
+        assert!(world.check(&sends).is_empty(), "{:?}", world.check(&sends));
+    }
+
+    #[test]
+    fn a_dead_head_lets_its_key_go_under_block_only_once_skipped() {
+        let mut world = World::new(2, OnDead::Block, DeliveryState::Delivered);
+        world.set(1, DeliveryState::Dead, &[dead()]);
+        let sends = [world.send(1, 0, 503), world.send(2, 10, 200)];
+        assert_eq!(world.check(&sends).len(), 1);
+        world.set(1, DeliveryState::Dead, &[dead(), TimelineEntry::Skipped { at_ms: 5 }]);
+        assert!(world.check(&sends).is_empty(), "{:?}", world.check(&sends));
+    }
+
+    #[test]
+    fn a_duplicate_of_a_delivered_sequence_passes() {
+        let world = World::new(3, OnDead::Block, DeliveryState::Delivered);
+        // A stale owner sends #2 and #1 again after the key moved on.
+        let sends = [
+            world.send(1, 0, 200),
+            world.send(2, 10, 200),
+            world.send(3, 20, 200),
+            world.send(2, 30, 200),
+            world.send(1, 31, 200),
+        ];
+        assert!(world.check(&sends).is_empty(), "{:?}", world.check(&sends));
+    }
+
+    #[test]
+    fn headers_must_match_the_numbering_and_the_posted_key() {
+        let world = World::new(2, OnDead::Block, DeliveryState::Delivered);
+        let mut wrong_sequence = world.send(1, 0, 200);
+        wrong_sequence.sequence = Some("2".into());
+        let mut no_headers = world.send(2, 10, 200);
+        (no_headers.sequence, no_headers.ordering_key) = (None, None);
+        let found = world.check(&[wrong_sequence, no_headers]);
+        assert_eq!(found.len(), 2, "{found:?}");
+        // An unordered endpoint's requests carry neither header.
+        let mut unordered = World::new(1, OnDead::Block, DeliveryState::Delivered);
+        unordered.modes.insert("r0".into(), None);
+        unordered.sequences = Sequences::default();
+        let found = unordered.check(&[unordered.send(1, 0, 200)]);
+        assert!(found[0].detail.contains("is not ordered"), "{found:?}");
+    }
+
+    #[test]
+    fn runs_count_from_one_and_start_again_only_once_the_last_is_gone() {
+        let mut sequences = Sequences::default();
+        let empty = ClusterState::default();
+        let id = |n: u64| DeliveryId::derive(&event(n), &endpoint());
+        assert_eq!(sequences.number(id(1), endpoint(), "a", 1, &empty), None);
+        assert_eq!(sequences.number(id(2), endpoint(), "a", 2, &empty), None);
+        assert!(sequences.number(id(3), endpoint(), "a", 4, &empty).unwrap().contains("numbered 4 after 2"));
+        // The key forgotten (nothing of it left in the state): a new run.
+        assert_eq!(sequences.number(id(5), endpoint(), "a", 1, &empty), None);
+        assert_eq!(sequences.deliveries[&id(5)].run, 2);
+        assert_eq!(sequences.deliveries[&id(2)].run, 1);
+        // Starting again while a delivery of the run is still there is wrong,
+        // the first of it as much as the last.
+        let mut world = World::new(2, OnDead::Skip, DeliveryState::Delivered);
+        let again = world.sequences.clone().number(id(9), endpoint(), "a", 1, &world.state);
+        assert!(again.unwrap().contains("#1"));
+        world.state.deliveries.remove(&world.id(1));
+        let again = world.sequences.number(id(9), endpoint(), "a", 1, &world.state);
+        assert!(again.unwrap().contains("#2 ") && world.sequences.deliveries[&id(9)].run == 2);
+    }
+}
