@@ -1,27 +1,47 @@
-//! The encoded form of a [`NewEvent`]: the tagged layout of
-//! `model/event_wire.rs`. The first layout was `id, event_type, payload,
-//! idempotency_key, endpoint_ids`, starting with the id's text; the
-//! current one starts with an empty string, the layout version, then those
-//! fields and `ordering_key`.
+//! The encoded form of a [`NewEvent`], a tagged layout (`crate::tagged`):
+//! the first layout was `id, event_type, payload, idempotency_key,
+//! endpoint_ids`; the current one adds `ordering_key`.
 
-use std::fmt;
-
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::NewEvent;
 use crate::ids::EventId;
+use crate::tagged::{self, Elements, Tagged};
 
-const TAG: &str = "";
-const VERSION: u8 = 2;
-const ELEMENTS: usize = 8;
+impl NewEvent {
+    /// Reads the fields both layouts share, after the id.
+    fn read_after_id<'de, A: SeqAccess<'de>>(id: EventId, e: &mut Elements<A>) -> Result<Self, A::Error> {
+        Ok(NewEvent {
+            id,
+            event_type: e.next()?,
+            payload: e.next()?,
+            idempotency_key: e.next()?,
+            endpoint_ids: e.next()?,
+            ordering_key: None,
+        })
+    }
+}
+
+impl Tagged for NewEvent {
+    const WHAT: &'static str = "a new event";
+    const VERSION: u8 = 2;
+    const ELEMENTS: usize = 8;
+
+    fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
+        Self::read_after_id(EventId::parse(&first).map_err(de::Error::custom)?, e)
+    }
+
+    fn read_current<'de, A: SeqAccess<'de>>(e: &mut Elements<A>) -> Result<Self, A::Error> {
+        let shared = Self::read_after_id(e.next()?, e)?;
+        Ok(NewEvent { ordering_key: e.next()?, ..shared })
+    }
+}
 
 impl Serialize for NewEvent {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut tuple = serializer.serialize_tuple(ELEMENTS)?;
-        tuple.serialize_element(TAG)?;
-        tuple.serialize_element(&VERSION)?;
+        let mut tuple = tagged::begin::<Self, S>(serializer)?;
         tuple.serialize_element(&self.id)?;
         tuple.serialize_element(&self.event_type)?;
         tuple.serialize_element(&self.payload)?;
@@ -34,45 +54,8 @@ impl Serialize for NewEvent {
 
 impl<'de> Deserialize<'de> for NewEvent {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_tuple(ELEMENTS, NewEventVisitor)
+        tagged::deserialize(deserializer)
     }
-}
-
-struct NewEventVisitor;
-
-impl<'de> Visitor<'de> for NewEventVisitor {
-    type Value = NewEvent;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a new event")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NewEvent, A::Error> {
-        let first: String = element(&mut seq, 0)?;
-        let (id, at) = if first == TAG {
-            let version: u8 = element(&mut seq, 1)?;
-            if version != VERSION {
-                return Err(de::Error::custom(format!(
-                    "event layout {version} is not one this build reads ({VERSION})"
-                )));
-            }
-            (element::<EventId, A>(&mut seq, 2)?, 3)
-        } else {
-            (EventId::parse(&first).map_err(de::Error::custom)?, 1)
-        };
-        Ok(NewEvent {
-            id,
-            event_type: element(&mut seq, at)?,
-            payload: element(&mut seq, at + 1)?,
-            idempotency_key: element(&mut seq, at + 2)?,
-            endpoint_ids: element(&mut seq, at + 3)?,
-            ordering_key: if at == 3 { element(&mut seq, at + 4)? } else { None },
-        })
-    }
-}
-
-fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: &mut A, index: usize) -> Result<T, A::Error> {
-    seq.next_element()?.ok_or_else(|| de::Error::invalid_length(index, &NewEventVisitor))
 }
 
 #[cfg(test)]

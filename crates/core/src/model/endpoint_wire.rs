@@ -1,14 +1,8 @@
-//! The encoded form of an [`Endpoint`].
-//!
-//! The first layout was the endpoint's fields from `id` to
-//! `updated_at_ms`, starting with the id's text. The current one starts
-//! with an empty string (no endpoint id is empty), then the layout
-//! version, the id, the same fields, and `ordering`. Decoding reads the
-//! first string and picks the layout from it.
+//! The encoded form of an [`Endpoint`], a tagged layout (`crate::tagged`):
+//! the first layout was the endpoint's fields from `id` to
+//! `updated_at_ms`; the current one adds `ordering`.
 
-use std::fmt;
-
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -17,12 +11,7 @@ use crate::breaker::CircuitBreaker;
 use crate::ids::EndpointId;
 use crate::retry::RetryPolicy;
 use crate::signing::Secret;
-
-const TAG: &str = "";
-/// The layout this build writes: the first layout's fields, then `ordering`.
-const VERSION: u8 = 2;
-/// Elements of the current layout: tag, version, id, the rest, ordering.
-const ELEMENTS: usize = 5;
+use crate::tagged::{self, Elements, Tagged};
 
 /// Every field of the first layout after the id, in its order.
 #[derive(Serialize, Deserialize)]
@@ -85,13 +74,30 @@ impl Rest {
     }
 }
 
+impl Tagged for Endpoint {
+    const WHAT: &'static str = "an endpoint";
+    /// The first layout's fields, then `ordering`.
+    const VERSION: u8 = 2;
+    /// Tag, version, id, the rest, ordering.
+    const ELEMENTS: usize = 5;
+
+    fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
+        let id = EndpointId::parse(&first).map_err(de::Error::custom)?;
+        Ok(e.next::<Rest>()?.into_endpoint(id, Ordering::None))
+    }
+
+    fn read_current<'de, A: SeqAccess<'de>>(e: &mut Elements<A>) -> Result<Self, A::Error> {
+        let id: EndpointId = e.next()?;
+        let rest: Rest = e.next()?;
+        Ok(rest.into_endpoint(id, e.next()?))
+    }
+}
+
 /// Endpoints are few and encoded rarely (registration, snapshots), so the
 /// copy into [`Rest`] costs nothing that matters.
 impl Serialize for Endpoint {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut tuple = serializer.serialize_tuple(ELEMENTS)?;
-        tuple.serialize_element(TAG)?;
-        tuple.serialize_element(&VERSION)?;
+        let mut tuple = tagged::begin::<Self, S>(serializer)?;
         tuple.serialize_element(&self.id)?;
         tuple.serialize_element(&Rest::of(self))?;
         tuple.serialize_element(&self.ordering)?;
@@ -101,40 +107,8 @@ impl Serialize for Endpoint {
 
 impl<'de> Deserialize<'de> for Endpoint {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_tuple(ELEMENTS, EndpointVisitor)
+        tagged::deserialize(deserializer)
     }
-}
-
-struct EndpointVisitor;
-
-impl<'de> Visitor<'de> for EndpointVisitor {
-    type Value = Endpoint;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an endpoint")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Endpoint, A::Error> {
-        let first: String = element(&mut seq, 0)?;
-        if first != TAG {
-            let id = EndpointId::parse(&first).map_err(de::Error::custom)?;
-            let rest: Rest = element(&mut seq, 1)?;
-            return Ok(rest.into_endpoint(id, Ordering::None));
-        }
-        let version: u8 = element(&mut seq, 1)?;
-        if version != VERSION {
-            return Err(de::Error::custom(format!(
-                "endpoint layout {version} is not one this build reads ({VERSION})"
-            )));
-        }
-        let id: EndpointId = element(&mut seq, 2)?;
-        let rest: Rest = element(&mut seq, 3)?;
-        Ok(rest.into_endpoint(id, element(&mut seq, 4)?))
-    }
-}
-
-fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: &mut A, index: usize) -> Result<T, A::Error> {
-    seq.next_element()?.ok_or_else(|| de::Error::invalid_length(index, &EndpointVisitor))
 }
 
 #[cfg(test)]

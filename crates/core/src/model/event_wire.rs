@@ -1,34 +1,55 @@
-//! The encoded form of an [`Event`].
-//!
-//! Bincode is positional, so fields cannot be appended to a record that
-//! logs and snapshots already hold. The first layout was the six fields
-//! `id, event_type, payload, received_at_ms, idempotency_key, deliveries`,
-//! starting with the event id's text. The current one starts with an empty
-//! string (no event id is empty), then the layout version, then the fields.
-//! Decoding reads the first string and picks the layout from it.
+//! The encoded form of an [`Event`], a tagged layout (`crate::tagged`).
+//! The first layout was the six fields `id, event_type, payload,
+//! received_at_ms, idempotency_key, deliveries`, starting with the event
+//! id's text.
 
-use std::fmt;
-
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Event;
 use crate::ids::EventId;
+use crate::tagged::{self, Elements, Tagged};
 
-/// Starts the tagged layout: never an event id.
-const TAG: &str = "";
-/// The layout this build writes: the six first fields, `received_by`,
-/// `rewrapped`, `ordering_key`.
-const VERSION: u8 = 2;
-/// Elements of the current layout, tag and version included.
-const ELEMENTS: usize = 11;
+impl Tagged for Event {
+    const WHAT: &'static str = "an event";
+    /// The six first fields, `received_by`, `rewrapped`, `ordering_key`.
+    const VERSION: u8 = 2;
+    const ELEMENTS: usize = 11;
+
+    fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
+        // The first layout: `first` is the event id.
+        Ok(Event {
+            id: EventId::parse(&first).map_err(de::Error::custom)?,
+            event_type: e.next()?,
+            payload: e.next()?,
+            received_at_ms: e.next()?,
+            idempotency_key: e.next()?,
+            deliveries: e.next()?,
+            received_by: None,
+            rewrapped: None,
+            ordering_key: None,
+        })
+    }
+
+    fn read_current<'de, A: SeqAccess<'de>>(e: &mut Elements<A>) -> Result<Self, A::Error> {
+        Ok(Event {
+            id: e.next()?,
+            event_type: e.next()?,
+            payload: e.next()?,
+            received_at_ms: e.next()?,
+            idempotency_key: e.next()?,
+            deliveries: e.next()?,
+            received_by: e.next()?,
+            rewrapped: e.next()?,
+            ordering_key: e.next()?,
+        })
+    }
+}
 
 impl Serialize for Event {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut tuple = serializer.serialize_tuple(ELEMENTS)?;
-        tuple.serialize_element(TAG)?;
-        tuple.serialize_element(&VERSION)?;
+        let mut tuple = tagged::begin::<Self, S>(serializer)?;
         tuple.serialize_element(&self.id)?;
         tuple.serialize_element(&self.event_type)?;
         tuple.serialize_element(&self.payload)?;
@@ -44,56 +65,8 @@ impl Serialize for Event {
 
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_tuple(ELEMENTS, EventVisitor)
+        tagged::deserialize(deserializer)
     }
-}
-
-struct EventVisitor;
-
-impl<'de> Visitor<'de> for EventVisitor {
-    type Value = Event;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an event")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Event, A::Error> {
-        let first: String = element(&mut seq, 0)?;
-        if first != TAG {
-            // The first layout: `first` is the event id.
-            let id = EventId::parse(&first).map_err(de::Error::custom)?;
-            return Ok(Event {
-                id,
-                event_type: element(&mut seq, 1)?,
-                payload: element(&mut seq, 2)?,
-                received_at_ms: element(&mut seq, 3)?,
-                idempotency_key: element(&mut seq, 4)?,
-                deliveries: element(&mut seq, 5)?,
-                received_by: None,
-                rewrapped: None,
-                ordering_key: None,
-            });
-        }
-        let version: u8 = element(&mut seq, 1)?;
-        if version != VERSION {
-            return Err(de::Error::custom(format!("event layout {version} is not one this build reads ({VERSION})")));
-        }
-        Ok(Event {
-            id: element(&mut seq, 2)?,
-            event_type: element(&mut seq, 3)?,
-            payload: element(&mut seq, 4)?,
-            received_at_ms: element(&mut seq, 5)?,
-            idempotency_key: element(&mut seq, 6)?,
-            deliveries: element(&mut seq, 7)?,
-            received_by: element(&mut seq, 8)?,
-            rewrapped: element(&mut seq, 9)?,
-            ordering_key: element(&mut seq, 10)?,
-        })
-    }
-}
-
-fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: &mut A, index: usize) -> Result<T, A::Error> {
-    seq.next_element()?.ok_or_else(|| de::Error::invalid_length(index, &EventVisitor))
 }
 
 #[cfg(test)]
@@ -174,7 +147,7 @@ mod tests {
 
     #[test]
     fn an_unknown_layout_is_refused_by_name() {
-        let bytes = bincode_of(&(TAG, 9u8));
+        let bytes = bincode_of(&(tagged::TAG, 9u8));
         let error = from_bincode(&bytes).expect_err("refused");
         assert!(error.contains("event layout 9"), "{error}");
     }
