@@ -89,15 +89,6 @@ impl KeyOrder {
     }
 }
 
-/// Why an operation on a key's queue did nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum OrderError {
-    #[error("the key has no such delivery waiting")]
-    NotWaiting,
-    #[error("the key is not blocked")]
-    NotBlocked,
-}
-
 /// Every ordered key of the endpoints, by `K` (an endpoint and a key).
 /// Encoded in snapshots as it is: a key's last sequence outlives the
 /// records it was counted from.
@@ -138,63 +129,6 @@ impl<K: Ord + Clone> OrderedKeys<K> {
     /// an unblocked key.
     pub fn may_attempt(&self, key: &K, delivery: &DeliveryId) -> bool {
         self.keys.get(key).and_then(KeyOrder::head).is_some_and(|(_, head)| head == *delivery)
-    }
-
-    /// The delivery was delivered: it leaves the queue, wherever it is (a
-    /// success may come for one behind the head: a replay out of order).
-    /// Returns the key's head, to be woken.
-    pub fn delivered(&mut self, key: &K, delivery: &DeliveryId) -> Result<Option<(u64, DeliveryId)>, OrderError> {
-        let order = self.keys.get_mut(key).ok_or(OrderError::NotWaiting)?;
-        let at = order.position(delivery).ok_or(OrderError::NotWaiting)?;
-        order.waiting.remove(at);
-        Ok(order.head())
-    }
-
-    /// The delivery was dead-lettered. Under `Block` it stays in its place,
-    /// dead, and blocks the key once it is first; under `Skip` it leaves the
-    /// queue. Returns the key's head.
-    pub fn dead(
-        &mut self,
-        key: &K,
-        delivery: &DeliveryId,
-        on_dead: OnDead,
-    ) -> Result<Option<(u64, DeliveryId)>, OrderError> {
-        let order = self.keys.get_mut(key).ok_or(OrderError::NotWaiting)?;
-        let at = order.position(delivery).ok_or(OrderError::NotWaiting)?;
-        match on_dead {
-            OnDead::Block => order.waiting[at].dead = true,
-            OnDead::Skip => drop(order.waiting.remove(at)),
-        }
-        Ok(order.head())
-    }
-
-    /// An operator skips the dead head that blocks the key: it leaves the
-    /// queue, dead. Returns the key's head (`None` if the next one is dead
-    /// too, and blocks in turn).
-    pub fn skip(&mut self, key: &K) -> Result<Option<(u64, DeliveryId)>, OrderError> {
-        let order = self.keys.get_mut(key).ok_or(OrderError::NotBlocked)?;
-        if order.blocked_by().is_none() {
-            return Err(OrderError::NotBlocked);
-        }
-        order.waiting.pop_front();
-        Ok(order.head())
-    }
-
-    /// A dead delivery of the key of `sequence` is replayed: one still
-    /// waiting goes again in its place (the blocking head first); one that
-    /// had left the queue (skipped) goes back in its sequence's place.
-    /// Returns the key's head.
-    pub fn replayed(&mut self, key: &K, sequence: u64, delivery: DeliveryId) -> Option<(u64, DeliveryId)> {
-        let order = self.keys.entry(key.clone()).or_default();
-        match order.position(&delivery) {
-            Some(at) => order.waiting[at].dead = false,
-            None => {
-                let at = order.waiting.partition_point(|w| w.sequence < sequence);
-                order.waiting.insert(at, Waiting { sequence, delivery, dead: false });
-                order.last_sequence = order.last_sequence.max(sequence);
-            }
-        }
-        order.head()
     }
 
     /// Retention forgot the last delivery of the key the state held (of

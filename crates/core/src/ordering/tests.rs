@@ -13,6 +13,57 @@ fn deliveries(n: usize) -> Vec<DeliveryId> {
     (0..n).map(|i| DeliveryId::derive(&EventId::generate(1_000 + i as u64, &mut rng), &endpoint)).collect()
 }
 
+/// Why an operation on a key's queue did nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OrderError {
+    NotWaiting,
+    NotBlocked,
+}
+
+type Head = Option<(u64, DeliveryId)>;
+
+/// What the state does to a key's queue, each as the [`Place`] it gives a
+/// delivery: the operations these tests drive, on the one mechanism.
+impl<K: Ord + Clone> OrderedKeys<K> {
+    fn head_of(&self, key: &K) -> Head {
+        self.get(key).and_then(KeyOrder::head)
+    }
+
+    fn waiting_sequence(&self, key: &K, delivery: &DeliveryId) -> Result<u64, OrderError> {
+        let order = self.get(key).ok_or(OrderError::NotWaiting)?;
+        let at = order.position(delivery).ok_or(OrderError::NotWaiting)?;
+        Ok(order.waiting[at].sequence)
+    }
+
+    /// Delivered: it leaves the queue, wherever it is.
+    fn delivered(&mut self, key: &K, delivery: &DeliveryId) -> Result<Head, OrderError> {
+        let sequence = self.waiting_sequence(key, delivery)?;
+        self.place(key.clone(), sequence, *delivery, Place::Passed);
+        Ok(self.head_of(key))
+    }
+
+    /// Dead: it stays and blocks (`Block`) or leaves (`Skip`).
+    fn dead(&mut self, key: &K, delivery: &DeliveryId, on_dead: OnDead) -> Result<Head, OrderError> {
+        let sequence = self.waiting_sequence(key, delivery)?;
+        let place = if on_dead == OnDead::Block { Place::Blocking } else { Place::Passed };
+        self.place(key.clone(), sequence, *delivery, place);
+        Ok(self.head_of(key))
+    }
+
+    /// The dead head that blocks the key is skipped: it leaves.
+    fn skip(&mut self, key: &K) -> Result<Head, OrderError> {
+        let (sequence, head) = self.get(key).and_then(KeyOrder::blocked_by).ok_or(OrderError::NotBlocked)?;
+        self.place(key.clone(), sequence, head, Place::Passed);
+        Ok(self.head_of(key))
+    }
+
+    /// Replayed: it waits again, in its sequence's place.
+    fn replayed(&mut self, key: &K, sequence: u64, delivery: DeliveryId) -> Head {
+        self.place(key.clone(), sequence, delivery, Place::Waiting);
+        self.head_of(key)
+    }
+}
+
 #[test]
 fn each_key_numbers_its_deliveries_from_one_without_gaps_and_keys_are_independent() {
     let d = deliveries(5);
