@@ -20,7 +20,6 @@ use hookraft_core::command::Outcome;
 use hookraft_core::dense::DenseSet;
 use hookraft_core::ids::{DeliveryId, EndpointId, Shard};
 use hookraft_core::model::Endpoint;
-use hookraft_core::payload::OpenError;
 use hookraft_core::ratelimit::TokenBucket;
 use hookraft_core::retry::{AttemptResult, Decision, decide, defer};
 use hookraft_core::state::ClusterState;
@@ -331,73 +330,6 @@ impl EndpointState {
         }
     }
 
-    /// What the next attempt of `queued` sends: its event's payload,
-    /// opened with this node's keys. `None` when the delivery is no longer
-    /// this endpoint's to attempt; an error when the payload cannot be opened.
-    fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, OpenError>> {
-        let (event_id, event_type, payload, ordering) = {
-            let guard = self.ctx.state.read();
-            let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
-            let event = guard.events.get(&delivery.event_id)?;
-            let ordering = guard.ordering_key(delivery).map(|key| (delivery.sequence, Box::from(key)));
-            if !event.payload.is_sealed() {
-                // In clear: the stored bytes are the body, shared.
-                let payload = event.payload.shared();
-                let attempt_number = queued.attempt_count + 1;
-                return Some(Ok(AttemptPlan {
-                    delivery_id: queued.id,
-                    event_id: event.id,
-                    payload,
-                    attempt_number,
-                    ordering,
-                }));
-            }
-            (event.id, event.event_type.clone(), event.payload.clone(), ordering)
-        };
-        // Opened outside the state's lock.
-        let opened = self.ctx.payloads.open_payload(&event_id, &event_type, &payload);
-        #[cfg(feature = "break")]
-        let opened = match opened {
-            // Deliberately wrong (simulator's `--break send-sealed`).
-            Ok(_) if hookraft_core::breaks::send_sealed() => Ok(payload.shared()),
-            opened => opened,
-        };
-        Some(opened.map(|payload| AttemptPlan {
-            delivery_id: queued.id,
-            event_id,
-            payload,
-            attempt_number: queued.attempt_count + 1,
-            ordering,
-        }))
-    }
-
-    /// Records that `queued` was not sent because its payload could not be
-    /// opened: the same way as an attempt, so the outcome goes through
-    /// [`Self::finish`], which defers it instead of spending its retries.
-    fn not_sent(
-        &mut self,
-        myself: &ActorRef<EndpointMsg>,
-        queued: QueuedDelivery,
-        token: u64,
-        now_ms: u64,
-        error: OpenError,
-    ) {
-        match &error {
-            // Logged once per key by `PayloadKeys`.
-            OpenError::MissingKey(_) => {
-                tracing::debug!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
-            }
-            OpenError::Tampered(_) => {
-                tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
-            }
-        }
-        let delivery_id = queued.id;
-        self.ctx.in_flight.insert(&delivery_id);
-        self.in_flight.insert(delivery_id, InFlight { queued, token, started_at_ms: now_ms, abort: None });
-        let result = Err(SendError::PayloadUnavailable(error.to_string()));
-        let _ = myself.send_message(EndpointMsg::Done(Box::new(AttemptDone { delivery_id, result, latency_ms: 0 })));
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn start_attempt(
         &mut self,
@@ -601,6 +533,8 @@ fn next_chunk(active: &DenseSet<DeliveryId>, after: Option<DeliveryId>, max: usi
 fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
+
+mod plan;
 
 #[cfg(test)]
 mod tests {

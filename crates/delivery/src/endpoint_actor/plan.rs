@@ -1,0 +1,73 @@
+//! What an attempt of an endpoint actor sends: the delivery's payload,
+//! opened with the node's keys just before it is signed, and what the
+//! actor records when it cannot be opened (nothing is sent).
+
+use hookraft_core::payload::OpenError;
+use ractor::ActorRef;
+
+use super::{AttemptDone, EndpointMsg, EndpointState, InFlight};
+use crate::attempt::AttemptPlan;
+use crate::queue::{QueuedDelivery, is_active_for};
+use crate::transport::SendError;
+
+impl EndpointState {
+    /// What the next attempt of `queued` sends: its event's payload,
+    /// opened with this node's keys. `None` when the delivery is no longer
+    /// this endpoint's to attempt; an error when the payload cannot be opened.
+    pub(super) fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, OpenError>> {
+        let (event_id, payload, sealed_type, ordering) = {
+            let guard = self.ctx.state.read();
+            let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
+            let event = guard.events.get(&delivery.event_id)?;
+            let ordering = guard.ordering_key(delivery).map(|key| (delivery.sequence, Box::from(key)));
+            // The type is part of a sealed payload's associated data only.
+            let sealed_type = event.payload.is_sealed().then(|| event.event_type.clone());
+            (event.id, event.payload.clone(), sealed_type, ordering)
+        };
+        // Opened outside the state's lock; a clear payload is sent as stored.
+        let opened = match &sealed_type {
+            Some(event_type) => self.ctx.payloads.open_payload(&event_id, event_type, &payload),
+            None => Ok(payload.shared()),
+        };
+        #[cfg(feature = "break")]
+        let opened = match opened {
+            // Deliberately wrong (simulator's `--break send-sealed`).
+            Ok(_) if hookraft_core::breaks::send_sealed() => Ok(payload.shared()),
+            opened => opened,
+        };
+        Some(opened.map(|payload| AttemptPlan {
+            delivery_id: queued.id,
+            event_id,
+            payload,
+            attempt_number: queued.attempt_count + 1,
+            ordering,
+        }))
+    }
+
+    /// Records that `queued` was not sent because its payload could not be
+    /// opened: the same way as an attempt, so the outcome goes through
+    /// [`Self::finish`], which defers it instead of spending its retries.
+    pub(super) fn not_sent(
+        &mut self,
+        myself: &ActorRef<EndpointMsg>,
+        queued: QueuedDelivery,
+        token: u64,
+        now_ms: u64,
+        error: OpenError,
+    ) {
+        match &error {
+            // Logged once per key by `PayloadKeys`.
+            OpenError::MissingKey(_) => {
+                tracing::debug!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
+            }
+            OpenError::Tampered(_) => {
+                tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
+            }
+        }
+        let delivery_id = queued.id;
+        self.ctx.in_flight.insert(&delivery_id);
+        self.in_flight.insert(delivery_id, InFlight { queued, token, started_at_ms: now_ms, abort: None });
+        let result = Err(SendError::PayloadUnavailable(error.to_string()));
+        let _ = myself.send_message(EndpointMsg::Done(Box::new(AttemptDone { delivery_id, result, latency_ms: 0 })));
+    }
+}
