@@ -38,6 +38,8 @@
 
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time; the clock seam is for production code")]
 
+#[path = "hookraft_bench/deployment.rs"]
+mod deployment;
 #[path = "hookraft_bench/fleet.rs"]
 mod fleet;
 #[path = "hookraft_bench/http1.rs"]
@@ -53,16 +55,17 @@ mod report;
 #[path = "hookraft_bench/scenario.rs"]
 mod scenario;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use clap::Parser;
-use hookraft_tests::{ClusterOptions, NodeOptions, TestCluster, TestNode, locate_hookraft_binary, register_endpoint};
+use hookraft_tests::{locate_hookraft_binary, register_endpoint};
 
+use deployment::Deployment;
 use fleet::Fleet;
 use load::{Load, Progress};
 use report::{BacklogFigures, BenchUsage, BudgetFigures, NodeUsage, Quantiles, Report, RetryFigures};
@@ -73,8 +76,6 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long the backlog scenario lets the owner settle before reading its memory.
 const BACKLOG_SETTLE: Duration = Duration::from_secs(5);
 const MIB: f64 = 1024.0 * 1024.0;
-/// `hookraft serve`'s default `--lease-ms`.
-const PRODUCTION_LEASE_MS: u64 = 6_000;
 
 #[derive(Debug, Parser)]
 #[command(name = "hookraft-bench", about = "Throughput, latency, isolation and backlog figures of hookraft")]
@@ -262,89 +263,6 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
         _ => Err(format!("{text:?} is not a positive number of events per second")),
-    }
-}
-
-/// The nodes under test; dropping it stops them.
-enum Deployment {
-    Single(TestNode),
-    Cluster(TestCluster),
-}
-
-impl Deployment {
-    async fn start(nodes: u64, bin: &PathBuf, node_args: Vec<String>) -> Self {
-        let node = NodeOptions::default().binary(bin).args(node_args);
-        if nodes <= 1 {
-            Deployment::Single(TestNode::start_with(node).await)
-        } else {
-            // The production lease, not the tests' short one, and the
-            // steady state: every node owns its share of the shards.
-            let options = ClusterOptions { size: nodes, node, lease_ms: PRODUCTION_LEASE_MS, ..Default::default() };
-            let cluster = TestCluster::start_with(options).await;
-            cluster.wait_settled().await;
-            Deployment::Cluster(cluster)
-        }
-    }
-
-    /// `/v1/events` of every node.
-    fn event_urls(&self) -> Vec<String> {
-        match self {
-            Deployment::Single(node) => vec![node.url("/v1/events")],
-            Deployment::Cluster(c) => c.base_urls().into_iter().map(|(_, base)| format!("{base}/v1/events")).collect(),
-        }
-    }
-
-    /// The node endpoints are registered through (the leader of a cluster).
-    async fn registrar(&self) -> &TestNode {
-        match self {
-            Deployment::Single(node) => node,
-            Deployment::Cluster(cluster) => cluster.leader().await,
-        }
-    }
-
-    /// `(node id, pid)` of every running node.
-    fn pids(&self) -> Vec<(u64, u32)> {
-        match self {
-            Deployment::Single(node) => node.pid().map(|pid| (1, pid)).into_iter().collect(),
-            Deployment::Cluster(c) => c.ids().into_iter().filter_map(|id| Some((id, c.node(id).pid()?))).collect(),
-        }
-    }
-
-    /// `(node id, log file)` of every node.
-    fn logs(&self) -> Vec<(u64, PathBuf)> {
-        match self {
-            Deployment::Single(node) => vec![(1, node.log_path())],
-            Deployment::Cluster(c) => c.ids().into_iter().map(|id| (id, c.node(id).log_path())).collect(),
-        }
-    }
-
-    /// Copies every node's log into `dir` as `<scenario>-node<id>.log`.
-    fn keep_logs(&self, dir: &Path, scenario: &str) -> Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-        for (id, log) in self.logs() {
-            let kept = dir.join(format!("{scenario}-node{id}.log"));
-            std::fs::copy(&log, &kept).with_context(|| format!("copy {} to {}", log.display(), kept.display()))?;
-        }
-        Ok(())
-    }
-
-    fn samples(&self) -> Vec<(u64, Option<procstat::Sample>)> {
-        self.pids().into_iter().map(|(id, pid)| (id, procstat::sample(pid))).collect()
-    }
-
-    /// The sum over every node of a Prometheus sample (`name` may carry its
-    /// labels); `None` if a node did not answer `/metrics` with it.
-    async fn metric_sum(&self, name: &str) -> Option<f64> {
-        let nodes: Vec<&TestNode> = match self {
-            Deployment::Single(node) => vec![node],
-            Deployment::Cluster(c) => c.ids().into_iter().map(|id| c.node(id)).collect(),
-        };
-        let mut sum = 0.0;
-        for node in nodes {
-            let response = node.request(reqwest::Method::GET, "/metrics").send().await.ok()?;
-            sum += hookraft_tests::cluster::parse_metric(&response.text().await.ok()?, name)?;
-        }
-        Some(sum)
     }
 }
 
