@@ -207,6 +207,7 @@ fn new_event(endpoint: EndpointId, seed: u8, payload: impl FnOnce(&EventId) -> P
         idempotency_key: None,
         endpoint_ids: Some(vec![endpoint]),
         ordering_key: None,
+        inbound: None,
     }
 }
 

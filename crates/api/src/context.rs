@@ -89,6 +89,16 @@ pub struct ApiMetrics {
     pub ingest_unavailable_total: AtomicU64,
     pub commit_latency_count: AtomicU64,
     pub commit_latency_sum_ms: AtomicU64,
+    /// Provider requests committed as new events.
+    pub inbound_accepted_total: AtomicU64,
+    /// Provider requests for an event id already committed.
+    pub inbound_duplicates_total: AtomicU64,
+    /// Provider requests whose signature did not hold.
+    pub inbound_bad_signature_total: AtomicU64,
+    /// Provider requests refused by an allowlist, a rate limit or a disabled source.
+    pub inbound_refused_total: AtomicU64,
+    /// Provider requests refused otherwise (unknown source, bad body, full budget).
+    pub inbound_rejected_total: AtomicU64,
 }
 
 /// Shared by every request handler.
@@ -118,6 +128,8 @@ pub struct ApiContext {
     /// Seals payloads on ingest and opens them for `GET /v1/events/{id}`;
     /// shared with the endpoint actors.
     pub payloads: Arc<PayloadKeys>,
+    /// The sources' rate limits on this node.
+    pub inbound: crate::routes::inbound::InboundGate,
 }
 
 impl ApiContext {

@@ -38,10 +38,13 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(routes::deliveries::router())
         .merge(routes::cluster::router())
         .merge(routes::payloads::router())
+        .merge(routes::sources::router())
         .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token));
     Router::new()
         .merge(v1)
         .merge(routes::health::router())
+        // No token: the provider's signature authenticates each request.
+        .merge(routes::inbound::router())
         .fallback(|| async { problem::Problem::not_found("no such route; see docs/API.md") })
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)

@@ -59,6 +59,22 @@ impl Problem {
         )
     }
 
+    /// An inbound request whose provider signature does not hold.
+    pub fn bad_signature(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "bad-signature", "Signature refused", detail)
+    }
+
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden", detail)
+    }
+
+    /// A source's rate limit: retry after `retry_after_s`.
+    pub fn rate_limited(detail: impl Into<String>, retry_after_s: u32) -> Self {
+        let mut p = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests", detail);
+        p.retry_after_s = Some(retry_after_s.max(1));
+        p
+    }
+
     pub fn too_large(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large", detail)
     }

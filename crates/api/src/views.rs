@@ -51,6 +51,7 @@ pub fn endpoint(e: &Endpoint) -> Value {
         "breaker": {"state": state, "open_until": opt_ts(e.breaker.open_until_ms())},
         "ordering": match e.ordering { Ordering::None => "none", Ordering::PerKey { .. } => "per_key" },
         "on_dead": e.ordering.on_dead().map(|d| match d { OnDead::Block => "block", OnDead::Skip => "skip" }),
+        "sources": e.sources,
         "created_at": ts(e.created_at_ms),
         "updated_at": ts(e.updated_at_ms),
     })
@@ -144,6 +145,9 @@ pub fn timeline_entry(entry: &TimelineEntry) -> Value {
             json!({"kind": "sequenced", "at": ts(*at_ms), "sequence": sequence})
         }
         TimelineEntry::Skipped { at_ms } => json!({"kind": "skipped", "at": ts(*at_ms)}),
+        TimelineEntry::IgnoredStale { at_ms, newer } => {
+            json!({"kind": "ignored_stale", "at": ts(*at_ms), "newer_event_id": newer})
+        }
     }
 }
 
@@ -211,7 +215,17 @@ pub fn event(ctx: &ApiContext, event: &Event, deliveries: &[&Delivery]) -> Value
         "received_at": ts(event.received_at_ms),
         "received_by": event.received_by,
         "ordering_key": event.ordering_key,
-        "idempotency_key": event.idempotency_key,
+        // An inbound event's key is the engine's own, not the producer's.
+        "idempotency_key": if event.inbound.is_some() { None } else { event.idempotency_key.as_deref() },
+        "inbound": event.inbound.as_deref().map(|i| json!({
+            "source_id": i.source_id,
+            "provider_event_id": i.provider_event_id,
+            "entity_key": i.entity_key,
+            "version": i.version.as_ref().map(|v| match v {
+                hookraft_core::inbound::Version::Number(n) => json!(n),
+                hookraft_core::inbound::Version::Text(t) => json!(t),
+            }),
+        })),
         "deliveries": deliveries.iter().map(|d| json!({
             "id": d.id, "endpoint_id": d.endpoint_id, "state": effective_state(ctx, d).as_str(),
         })).collect::<Vec<_>>(),

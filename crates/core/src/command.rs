@@ -9,7 +9,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
-use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, Shard};
+use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, Shard, SourceId};
+use crate::inbound::{Cidr, Locator, ProviderSecret, Source};
 use crate::model::{AttemptRecord, Endpoint, Ordering};
 use crate::payload::Payload;
 use crate::retry::{Decision, RetryPolicy};
@@ -127,6 +128,49 @@ pub enum Command {
         ordering_key: String,
         now_ms: u64,
     },
+    /// Registers an inbound source (at most [`crate::inbound::SOURCES_MAX`]).
+    CreateSource {
+        source: Box<Source>,
+    },
+    UpdateSource {
+        id: SourceId,
+        patch: SourcePatch,
+        now_ms: u64,
+    },
+    /// Forgets a source; endpoints that listed it stop listing it. Events
+    /// it created stay, with their deliveries.
+    DeleteSource {
+        id: SourceId,
+        now_ms: u64,
+    },
+    RotateSourceSecret {
+        id: SourceId,
+        secret: ProviderSecret,
+        grace_until_ms: u64,
+        now_ms: u64,
+    },
+    /// Sets the sources whose events an endpoint receives (empty: the
+    /// producers'). Every source must exist.
+    SetEndpointSources {
+        id: EndpointId,
+        sources: Vec<SourceId>,
+        now_ms: u64,
+    },
+}
+
+/// Changes to a source; `None` leaves a setting as it is. Its scheme and
+/// secret are not among them: a new scheme is a new source, a new secret
+/// a [`Command::RotateSourceSecret`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourcePatch {
+    pub description: Option<Option<String>>,
+    pub event_id: Option<Locator>,
+    pub event_type: Option<Option<Locator>>,
+    pub entity_key: Option<Option<String>>,
+    pub version: Option<Option<String>>,
+    pub rate_limit_per_s: Option<Option<u32>>,
+    pub allow_cidrs: Option<Vec<Cidr>>,
+    pub disabled: Option<bool>,
 }
 
 /// Most payloads one [`Command::RewrapPayloads`] carries.
@@ -171,6 +215,8 @@ pub struct NewEvent {
     /// At ordered endpoints, the event goes after the earlier events of
     /// this key; `None`: it is ordered behind nothing.
     pub ordering_key: Option<String>,
+    /// Where it came from, when a source's ingress received it.
+    pub inbound: Option<Box<crate::inbound::Inbound>>,
 }
 
 mod new_event_wire;

@@ -229,6 +229,10 @@ prefixed_id!(
     /// The delivery of one event to one endpoint.
     DeliveryId, "dlv_", "delivery"
 );
+prefixed_id!(
+    /// An inbound source: a provider whose webhooks hookraft receives.
+    SourceId, "src_", "source"
+);
 
 impl DeliveryId {
     /// The id of the delivery of `event` to `endpoint`, derived so that every

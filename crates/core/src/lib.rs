@@ -11,6 +11,7 @@
 //! - [`ratelimit`]: the per-endpoint token bucket.
 //! - [`rebalance`]: the leader's shard placement, a pure function.
 //! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
+//! - [`inbound`]: sources of provider webhooks, their signatures and versions.
 //! - [`payload`]: stored payloads, clear or sealed, and the keyring.
 //! - [`ordering`]: the per-key queue of ordered delivery (not yet wired in).
 //! - [`lifecycle`]: a delivery's lifecycle as the API shows it.
@@ -30,6 +31,7 @@ pub mod command;
 pub mod dense;
 pub mod entropy;
 pub mod ids;
+pub mod inbound;
 pub mod lifecycle;
 pub mod model;
 pub mod ordering;

@@ -66,6 +66,9 @@ pub struct Endpoint {
     pub updated_at_ms: u64,
     /// Whether the events of one `ordering_key` are delivered in order.
     pub ordering: Ordering,
+    /// The inbound sources whose events it receives. Empty: it receives
+    /// the producers' events; else only those sources' events.
+    pub sources: Vec<crate::ids::SourceId>,
 }
 
 /// Whether an endpoint delivers the events of one key in order.
@@ -118,6 +121,7 @@ impl Endpoint {
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
             ordering: Ordering::None,
+            sources: Vec::new(),
         }
     }
 
@@ -134,6 +138,16 @@ impl Endpoint {
             None => true,
             Some(types) => types.iter().any(|t| t == event_type),
         }
+    }
+
+    /// Whether an event of `event_type` from `source` (`None`: from a
+    /// producer) fans out to this endpoint, disabled or not.
+    pub fn receives(&self, event_type: &str, source: Option<&crate::ids::SourceId>) -> bool {
+        let from = match source {
+            None => self.sources.is_empty(),
+            Some(source) => self.sources.contains(source),
+        };
+        from && self.subscribes_to(event_type)
     }
 }
 
@@ -163,6 +177,8 @@ pub struct Event {
     /// Orders it behind the earlier events of the same key, at endpoints
     /// that deliver in order.
     pub ordering_key: Option<Box<str>>,
+    /// Where it came from, when a source's ingress received it.
+    pub inbound: Option<Box<crate::inbound::Inbound>>,
 }
 
 /// When an event's payload was last sealed again, and what it was first
@@ -186,11 +202,14 @@ pub enum DeliveryState {
     Delivered,
     /// Dead-lettered: given up, replayable.
     Dead,
+    /// Not sent: a newer version of its entity key was delivered to its
+    /// endpoint first (`state/stale.rs`). Terminal, replayable on purpose.
+    IgnoredStale,
 }
 
 impl DeliveryState {
     pub fn is_terminal(self) -> bool {
-        matches!(self, DeliveryState::Delivered | DeliveryState::Dead)
+        matches!(self, DeliveryState::Delivered | DeliveryState::Dead | DeliveryState::IgnoredStale)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -200,6 +219,7 @@ impl DeliveryState {
             DeliveryState::Retrying => "retrying",
             DeliveryState::Delivered => "delivered",
             DeliveryState::Dead => "dead",
+            DeliveryState::IgnoredStale => "ignored_stale",
         }
     }
 
@@ -210,6 +230,7 @@ impl DeliveryState {
             "retrying" => DeliveryState::Retrying,
             "delivered" => DeliveryState::Delivered,
             "dead" => DeliveryState::Dead,
+            "ignored_stale" => DeliveryState::IgnoredStale,
             _ => return None,
         })
     }
@@ -284,6 +305,13 @@ pub enum TimelineEntry {
     Skipped {
         at_ms: u64,
     },
+    /// Not sent: `newer`, a later version of its entity key, was
+    /// delivered to the endpoint first.
+    /// (The id is boxed: its 16-byte alignment would widen every entry.)
+    IgnoredStale {
+        at_ms: u64,
+        newer: Box<EventId>,
+    },
 }
 
 impl TimelineEntry {
@@ -299,7 +327,8 @@ impl TimelineEntry {
             | TimelineEntry::Truncated { at_ms, .. }
             | TimelineEntry::RetryScheduled { at_ms, .. }
             | TimelineEntry::Sequenced { at_ms, .. }
-            | TimelineEntry::Skipped { at_ms } => *at_ms,
+            | TimelineEntry::Skipped { at_ms }
+            | TimelineEntry::IgnoredStale { at_ms, .. } => *at_ms,
         }
     }
 }

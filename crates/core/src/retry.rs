@@ -184,6 +184,12 @@ pub enum Decision {
     Deferred {
         at_ms: u64,
     },
+    /// Nothing was sent: `newer`, a later version of the delivery's entity
+    /// key, was delivered to the endpoint first. The delivery ends
+    /// `ignored_stale`.
+    IgnoredStale {
+        newer: crate::ids::EventId,
+    },
 }
 
 impl Decision {

@@ -88,6 +88,11 @@ impl Secret {
         Self::from_key(key)
     }
 
+    /// The raw key.
+    pub(crate) fn key_bytes(&self) -> &[u8] {
+        &self.key
+    }
+
     /// Renders the `whsec_<base64>` text form; [`Secret::parse`] reads it back.
     pub fn to_whsec(&self) -> String {
         format!("{SECRET_PREFIX}{}", BASE64.encode(&self.key))

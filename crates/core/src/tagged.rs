@@ -17,12 +17,15 @@ use serde::{Deserialize, Deserializer, Serializer};
 
 /// Starts a tagged layout: never an id's text.
 pub(crate) const TAG: &str = "";
+/// The first layout was untagged, so tagged ones start at 2.
+pub(crate) const FIRST_TAGGED_VERSION: u8 = 2;
 
 /// A record with a tagged layout.
 pub(crate) trait Tagged: Sized {
     /// Names it in errors ("an event").
     const WHAT: &'static str;
-    /// The layout version this build writes (and the only tagged one it reads).
+    /// The layout version this build writes; it reads every tagged one
+    /// from [`FIRST_TAGGED_VERSION`] to this.
     const VERSION: u8;
     /// Elements of the current layout, tag and version included.
     const ELEMENTS: usize;
@@ -30,8 +33,10 @@ pub(crate) trait Tagged: Sized {
     /// Reads the rest of the first layout, which began with `first`.
     fn read_first<'de, A: SeqAccess<'de>>(first: String, elements: &mut Elements<A>) -> Result<Self, A::Error>;
 
-    /// Reads the current layout's fields, after its tag and version.
-    fn read_current<'de, A: SeqAccess<'de>>(elements: &mut Elements<A>) -> Result<Self, A::Error>;
+    /// Reads the fields of tagged layout `version` (at least
+    /// [`FIRST_TAGGED_VERSION`], at most [`Tagged::VERSION`]), after its
+    /// tag and version. A later layout only appends fields.
+    fn read_tagged<'de, A: SeqAccess<'de>>(version: u8, elements: &mut Elements<A>) -> Result<Self, A::Error>;
 }
 
 /// The elements of a record being decoded, counted for the errors.
@@ -79,13 +84,13 @@ impl<'de, T: Tagged> Visitor<'de> for TaggedVisitor<T> {
             return T::read_first(first, &mut elements);
         }
         let version: u8 = elements.next()?;
-        if version != T::VERSION {
+        if !(FIRST_TAGGED_VERSION..=T::VERSION).contains(&version) {
             return Err(de::Error::custom(format!(
                 "{} layout {version} is not one this build reads ({})",
                 T::WHAT.trim_start_matches("an ").trim_start_matches("a "),
                 T::VERSION
             )));
         }
-        T::read_current(&mut elements)
+        T::read_tagged(version, &mut elements)
     }
 }

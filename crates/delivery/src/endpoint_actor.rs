@@ -58,6 +58,8 @@ pub struct AttemptDone {
     delivery_id: DeliveryId,
     result: Result<WebhookResponse, SendError>,
     latency_ms: u64,
+    /// Not sent: this newer event of its entity key was delivered first.
+    ignored_for: Option<hookraft_core::ids::EventId>,
 }
 
 /// The task that sends a delayed `Tick`.
@@ -297,9 +299,9 @@ impl EndpointState {
                     self.queue.pop_head(); // dead-lettered or deleted meanwhile
                     continue;
                 }
-                Some(Err(error)) => {
+                Some(Err(reason)) => {
                     self.queue.pop_head();
-                    self.not_sent(myself, queued, token, now_ms, error);
+                    self.not_sent(myself, queued, token, now_ms, reason);
                     continue;
                 }
                 Some(Ok(plan)) => plan,
@@ -352,7 +354,12 @@ impl EndpointState {
             let result = transport.send(request).await;
             let latency_ms = clock.monotonic_ms().saturating_sub(started_mono_ms);
             // The actor may have stopped meanwhile; then the result is moot.
-            let _ = reply_to.send_message(EndpointMsg::Done(Box::new(AttemptDone { delivery_id, result, latency_ms })));
+            let _ = reply_to.send_message(EndpointMsg::Done(Box::new(AttemptDone {
+                delivery_id,
+                result,
+                latency_ms,
+                ignored_for: None,
+            })));
         });
         self.ctx.in_flight.insert(&queued.id);
         DeliveryMetrics::inc(&self.ctx.metrics.attempts_total);
@@ -368,7 +375,7 @@ impl EndpointState {
         let now_ms = self.ctx.clock.wall_ms();
         // Nothing was sent: the receiver is not to blame, so neither its
         // breaker nor its retry budget hears of it.
-        let not_sent = matches!(done.result, Err(SendError::PayloadUnavailable(_)));
+        let not_sent = done.ignored_for.is_some() || matches!(done.result, Err(SendError::PayloadUnavailable(_)));
         if !not_sent {
             self.ctx.metrics.observe_latency(done.latency_ms);
         }
@@ -386,7 +393,9 @@ impl EndpointState {
             self.count_transition(t);
         }
         let queued = flight.queued;
-        let decision = if not_sent {
+        let decision = if let Some(newer) = done.ignored_for {
+            Decision::IgnoredStale { newer }
+        } else if not_sent {
             defer(&endpoint.retry, queued.attempt_count + 1, now_ms, &mut self.rng)
         } else {
             decide(
@@ -405,6 +414,7 @@ impl EndpointState {
             Decision::Deferred { .. } => DeliveryMetrics::inc(&metrics.not_sent_total),
             Decision::Dead { .. } => DeliveryMetrics::inc(&metrics.dead_total),
             Decision::Gone => DeliveryMetrics::inc(&metrics.gone_total),
+            Decision::IgnoredStale { .. } => DeliveryMetrics::inc(&metrics.ignored_stale_total),
         }
         let outcome = Outcome {
             delivery_id: queued.id,
@@ -429,7 +439,9 @@ impl EndpointState {
         // covers attempts that finished before the change.
         let superseded = self.ctx.ownership.granted_token(self.shard) != Some(flight.token);
         match decision {
-            Decision::Delivered | Decision::Dead { .. } | Decision::Gone if superseded => {
+            Decision::Delivered | Decision::Dead { .. } | Decision::Gone | Decision::IgnoredStale { .. }
+                if superseded =>
+            {
                 self.queue.push(QueuedDelivery { due_ms: now_ms, ..queued });
             }
             Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } => self.queue.push(QueuedDelivery {
@@ -448,7 +460,7 @@ impl EndpointState {
                 }
                 self.queue.clear();
             }
-            Decision::Delivered | Decision::Dead { .. } => {}
+            Decision::Delivered | Decision::Dead { .. } | Decision::IgnoredStale { .. } => {}
         }
         // Bounded: waits when the batcher is behind, which slows this endpoint only.
         if self.ctx.outcomes.send(outcome).await.is_err() {

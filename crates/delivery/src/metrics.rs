@@ -14,6 +14,8 @@ pub struct DeliveryMetrics {
     /// Deliveries not sent because their payload could not be opened.
     pub not_sent_total: AtomicU64,
     pub dead_total: AtomicU64,
+    /// Deliveries not sent because a newer version of their key was delivered.
+    pub ignored_stale_total: AtomicU64,
     pub gone_total: AtomicU64,
     pub breaker_opened_total: AtomicU64,
     pub breaker_closed_total: AtomicU64,

@@ -258,6 +258,7 @@ impl Node {
                 memory_bytes: config.memory_budget_bytes,
             }),
             payloads,
+            inbound: Default::default(),
         });
         let local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite> =
             Arc::new(cluster::RaftLocalWrite { writer });
@@ -275,11 +276,15 @@ impl Node {
                     Some(tls) => {
                         let listener = tls::TlsListener::new(listener, tls.server.clone())?;
                         let listener = listener::Limited::new(listener, listener::CONNECTIONS_MAX);
-                        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await })
+                        tokio::spawn(async move {
+                            axum::serve(listener, listener::with_peers(app)).with_graceful_shutdown(stopped).await
+                        })
                     }
                     None => {
                         let listener = listener::Limited::new(listener, listener::CONNECTIONS_MAX);
-                        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await })
+                        tokio::spawn(async move {
+                            axum::serve(listener, listener::with_peers(app)).with_graceful_shutdown(stopped).await
+                        })
                     }
                 })
             }

@@ -12,7 +12,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::serve::Listener;
+use axum::Router;
+use axum::extract::connect_info::{ConnectInfo, Connected, IntoMakeServiceWithConnectInfo};
+use axum::serve::{IncomingStream, Listener};
+use hookraft_api::routes::inbound::PeerAddr;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -50,6 +53,28 @@ impl<L: Listener> Listener for Limited<L> {
     fn local_addr(&self) -> io::Result<Self::Addr> {
         self.inner.local_addr()
     }
+}
+
+/// The peer's address of a connection accepted by a [`Limited`] listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(std::net::SocketAddr);
+
+impl<L: Listener<Addr = std::net::SocketAddr>> Connected<IncomingStream<'_, Limited<L>>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, Limited<L>>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// `app` served with each request's peer address in its extensions as a
+/// [`PeerAddr`], for the API (sources' allowlists).
+pub fn with_peers(app: Router) -> IntoMakeServiceWithConnectInfo<Router, Peer> {
+    let app = app.layer(axum::middleware::map_request(|mut request: axum::extract::Request| async move {
+        if let Some(ConnectInfo(Peer(addr))) = request.extensions().get::<ConnectInfo<Peer>>().copied() {
+            request.extensions_mut().insert(PeerAddr(addr));
+        }
+        request
+    }));
+    app.into_make_service_with_connect_info::<Peer>()
 }
 
 /// A connection holding its permit until it is dropped.

@@ -125,6 +125,7 @@ async fn the_lease_is_renewed_while_a_prune_waits_longer_than_the_lease() {
             idempotency_key: None,
             endpoint_ids: None,
             ordering_key: None,
+            inbound: None,
         })
         .collect();
     raft.client_write(Command::IngestEvents { now_ms: clock.wall_ms(), events }.into()).await.expect("ingest");

@@ -43,6 +43,7 @@ fn entry(rng: &mut StdRng, index: u64) -> Entry {
             idempotency_key: None,
             endpoint_ids: None,
             ordering_key: None,
+            inbound: None,
         })
         .collect();
     Entry { log_id: log_id(index), payload: EntryPayload::Normal(Command::IngestEvents { now_ms: 1, events }.into()) }

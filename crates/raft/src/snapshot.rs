@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::background::{self, Pace};
 use crate::codec::{decode, encode, encode_into};
 use crate::disk::{Batch, Disk, FileSlot, KvTree, NewFile};
-use hookraft_core::state::ClusterStateV1;
+use hookraft_core::state::{ClusterStateV1, ClusterStateV2};
 
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
@@ -39,17 +39,21 @@ pub(crate) enum SnapshotPayload {
     /// Before ordered delivery: the state holds no ordered keys.
     V1 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV1 },
     /// The state ends with its ordered keys' queues.
-    V2 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
+    V2 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV2 },
+    /// Then with its inbound sources and the stale guard's versions.
+    V3 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
 }
 
 /// The borrowed twin of [`SnapshotPayload`], so a snapshot is encoded
 /// straight from the live state without a copy. Same variants, same order.
 #[derive(Serialize)]
 enum SnapshotPayloadRef<'a> {
-    /// Never written now; here so `V2` keeps its position.
+    /// Never written now; here so `V3` keeps its position.
     #[allow(dead_code)]
     V1,
-    V2 {
+    #[allow(dead_code)]
+    V2,
+    V3 {
         last_applied: &'a Option<LogId>,
         last_membership: &'a StoredMembership,
         state: &'a ClusterState,
@@ -64,7 +68,7 @@ pub(crate) fn encode_payload(
     last_membership: &StoredMembership,
     state: &ClusterState,
 ) -> Result<Vec<u8>, Error> {
-    encode("snapshot", &SnapshotPayloadRef::V2 { last_applied, last_membership, state })
+    encode("snapshot", &SnapshotPayloadRef::V3 { last_applied, last_membership, state })
 }
 
 /// Decodes a snapshot's bytes and checks they say what `meta` says.
@@ -75,7 +79,8 @@ pub(crate) fn decode_payload(
     // The derived indexes and usage counters are rebuilt as the state decodes.
     let (last_applied, last_membership, state) = match decode("snapshot", data)? {
         SnapshotPayload::V1 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V2 { last_applied, last_membership, state } => (last_applied, last_membership, state),
+        SnapshotPayload::V2 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
+        SnapshotPayload::V3 { last_applied, last_membership, state } => (last_applied, last_membership, state),
     };
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
@@ -288,7 +293,7 @@ pub(crate) fn write_snapshot(
     pace: &mut Pace,
 ) -> Result<WrittenSnapshot, Error> {
     let last_applied = &meta.last_log_id;
-    let payload = SnapshotPayloadRef::V2 { last_applied, last_membership, state };
+    let payload = SnapshotPayloadRef::V3 { last_applied, last_membership, state };
     let payload_bytes = encode_into("snapshot", &payload, &mut PacedWriter::new(&mut *file, pace))? as u64;
     let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
     std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
@@ -351,10 +356,18 @@ mod tests {
         let (applied, members, decoded) = decode_payload(&meta, &data).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
 
-        // A snapshot of the first layout: variant V1, and the state without
-        // its ordered keys (here none: an empty map, one zero byte, last).
-        assert_eq!((data[0], data.last()), (1, Some(&0)), "V2, ending with no ordered key");
-        let mut first_layout = data.clone();
+        // The current layout ends with the ordered keys' queues (here none:
+        // an empty map, one zero byte), then the inbound state (no source,
+        // no version: two empty maps, two zero bytes).
+        assert_eq!((data[0], &data[data.len() - 3..]), (2, &[0u8, 0, 0][..]), "V3, ending empty");
+        // A snapshot of the second layout: variant V2, without the inbound state.
+        let mut second_layout = data.clone();
+        second_layout[0] = 1;
+        second_layout.truncate(data.len() - 2);
+        let (applied, members, decoded) = decode_payload(&meta, &second_layout).expect("decodes");
+        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
+        // Of the first layout: variant V1, without the ordered keys either.
+        let mut first_layout = second_layout;
         first_layout[0] = 0;
         first_layout.pop();
         let (applied, members, decoded) = decode_payload(&meta, &first_layout).expect("decodes");

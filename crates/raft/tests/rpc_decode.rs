@@ -39,6 +39,7 @@ fn commands() -> Vec<Command> {
         idempotency_key: Some("k-1".into()),
         endpoint_ids: None,
         ordering_key: None,
+        inbound: None,
     };
     let outcome = Outcome {
         delivery_id: DeliveryId::derive(&event_id, &endpoint.id),

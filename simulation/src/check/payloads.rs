@@ -186,6 +186,7 @@ mod tests {
                 received_by: Some(1),
                 rewrapped: None,
                 ordering_key: None,
+                inbound: None,
             };
             state.events.insert(id, Box::new(event));
             ledger.payloads.insert(id.to_string(), posted.to_string());

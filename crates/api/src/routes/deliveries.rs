@@ -210,6 +210,7 @@ mod tests {
             idempotency_key: None,
             endpoint_ids: Some(vec![to]),
             ordering_key: None,
+            inbound: None,
         };
         let disabled = |disabled| EndpointPatch { disabled: Some(disabled), ..Default::default() };
         state.apply(&Command::UpdateEndpoint { id: a, patch: disabled(true), now_ms: 2 });

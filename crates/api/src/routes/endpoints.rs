@@ -10,11 +10,11 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, EndpointPatch, ReplayTarget, Response};
-use hookraft_core::ids::{DeliveryId, EndpointId, IdParseError};
+use hookraft_core::ids::{DeliveryId, EndpointId, IdParseError, SourceId};
 use hookraft_core::model::{Endpoint, MAX_IN_FLIGHT_DEFAULT, Ordering, TIMEOUT_MS_DEFAULT};
 use hookraft_core::ordering::OnDead;
 use hookraft_core::signing::Secret;
-use hookraft_core::state::REPLAY_BATCH_MAX;
+use hookraft_core::state::{ENDPOINT_SOURCES_MAX, REPLAY_BATCH_MAX};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -48,6 +48,27 @@ struct CreateEndpoint {
     retry: Option<RetryInput>,
     ordering: Option<String>,
     on_dead: Option<String>,
+    sources: Option<Vec<String>>,
+}
+
+/// The sources an endpoint is to receive from: known ids, each once, at
+/// most [`ENDPOINT_SOURCES_MAX`].
+fn sources_of(ctx: &ApiContext, ids: &[String]) -> ApiResult<Vec<SourceId>> {
+    if ids.len() > ENDPOINT_SOURCES_MAX {
+        return Err(Problem::invalid(format!("sources may list at most {ENDPOINT_SOURCES_MAX} sources")));
+    }
+    let mut sources = Vec::with_capacity(ids.len());
+    let state = ctx.state.read();
+    for id in ids {
+        let id: SourceId = id.parse().map_err(|e: IdParseError| Problem::invalid(format!("sources: {e}")))?;
+        if !state.inbound.sources.contains_key(&id) {
+            return Err(Problem::invalid(format!("sources: no source {id}")));
+        }
+        sources.push(id);
+    }
+    sources.sort();
+    sources.dedup();
+    Ok(sources)
 }
 
 /// `ordering` (`none` or `per_key`) and `on_dead` (`block` or `skip`,
@@ -99,6 +120,7 @@ async fn create(
         timeout_ms: validate::timeout_ms(body.timeout_ms.unwrap_or(TIMEOUT_MS_DEFAULT))?,
         retry: body.retry.unwrap_or_default().into_policy()?,
         ordering: ordering_of(body.ordering.as_deref(), body.on_dead.as_deref(), Ordering::None)?,
+        sources: sources_of(&ctx, body.sources.as_deref().unwrap_or_default())?,
         ..Endpoint::new(id, url, secret, now_ms)
     };
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
@@ -138,6 +160,7 @@ struct PatchEndpoint {
     disabled: Option<bool>,
     ordering: Option<String>,
     on_dead: Option<String>,
+    sources: Option<Vec<String>>,
 }
 
 async fn update(
@@ -165,18 +188,21 @@ async fn update(
         retry: body.retry.map(RetryInput::into_policy).transpose()?,
         disabled: body.disabled,
     };
+    let sources = body.sources.as_deref().map(|ids| sources_of(&ctx, ids)).transpose()?;
     let now_ms = ctx.clock.wall_ms();
-    let update = Command::UpdateEndpoint { id, patch, now_ms };
-    let command = if ordering == current {
-        update
-    } else {
-        // One entry: the settings and the ordering change together or not at all.
-        Command::Batch(vec![update, Command::SetOrdering { id, ordering, now_ms }])
-    };
+    let mut commands = vec![Command::UpdateEndpoint { id, patch, now_ms }];
+    if ordering != current {
+        commands.push(Command::SetOrdering { id, ordering, now_ms });
+    }
+    if let Some(sources) = sources {
+        commands.push(Command::SetEndpointSources { id, sources, now_ms });
+    }
+    // One entry: every change together or none.
+    let command = if commands.len() == 1 { commands.remove(0) } else { Command::Batch(commands) };
     // A batch's answers are not mapped to problems by `commit`: the
     // endpoint may have been deleted since it was read.
     if let Response::Batch(answers) = commit(&ctx, command).await?
-        && let Some(Response::NotFound { what }) = answers.first()
+        && let Some(Response::NotFound { what }) = answers.iter().find(|a| matches!(a, Response::NotFound { .. }))
     {
         return Err(Problem::not_found(format!("no {what}")));
     }

@@ -121,7 +121,7 @@ fn new_event(
     // Sealed here, before it is proposed: the log, snapshots and every
     // replica's state hold only what this returns.
     let payload = ctx.payloads.seal(&id, &event_type, payload.get());
-    Ok(NewEvent { id, event_type, payload, idempotency_key, endpoint_ids, ordering_key })
+    Ok(NewEvent { id, event_type, payload, idempotency_key, endpoint_ids, ordering_key, inbound: None })
 }
 
 async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response> {
@@ -220,7 +220,7 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
 /// Admits `events` within the node's budgets, holding their room until
 /// they are committed (the returned guard), or answers the 503 of a full
 /// budget. Checked before anything enters the ingest batcher.
-fn admit<'a>(ctx: &'a ApiContext, events: &[NewEvent]) -> ApiResult<Reservation<'a>> {
+pub(crate) fn admit<'a>(ctx: &'a ApiContext, events: &[NewEvent]) -> ApiResult<Reservation<'a>> {
     let (used, incoming) = {
         let state = ctx.state.read();
         (state.usage(), incoming(&state, events))
@@ -240,7 +240,7 @@ fn incoming(state: &ClusterState, events: &[NewEvent]) -> Usage {
         }
         let deliveries = match &event.endpoint_ids {
             Some(ids) => ids.len(),
-            None => state.fanout_count(&event.event_type),
+            None => state.fanout_count(&event.event_type, event.inbound.as_ref().map(|i| &i.source_id)),
         } as u64;
         usage.pending = usage.pending.saturating_add(deliveries);
         let bytes = new_event_bytes(event.event_type.len(), event.payload.len(), key.map(str::len), deliveries);

@@ -95,6 +95,27 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
     let mut out = String::with_capacity(4_096);
     let a = &ctx.metrics;
     counter(&mut out, "hookraft_ingest_accepted_total", "Events accepted (committed).", load(&a.events_accepted_total));
+    for (name, help, value) in [
+        ("hookraft_inbound_accepted_total", "Provider requests committed as new events.", &a.inbound_accepted_total),
+        (
+            "hookraft_inbound_duplicates_total",
+            "Provider requests for an event id already committed.",
+            &a.inbound_duplicates_total,
+        ),
+        (
+            "hookraft_inbound_bad_signature_total",
+            "Provider requests whose signature did not hold.",
+            &a.inbound_bad_signature_total,
+        ),
+        (
+            "hookraft_inbound_refused_total",
+            "Provider requests refused by an allowlist, a rate limit or a disabled source.",
+            &a.inbound_refused_total,
+        ),
+        ("hookraft_inbound_rejected_total", "Provider requests refused otherwise.", &a.inbound_rejected_total),
+    ] {
+        counter(&mut out, name, help, load(value));
+    }
     counter(
         &mut out,
         "hookraft_ingest_rejected_total",
@@ -147,6 +168,7 @@ async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
         ("dead", &d.dead_total),
         ("gone", &d.gone_total),
         ("not_sent", &d.not_sent_total),
+        ("ignored_stale", &d.ignored_stale_total),
     ] {
         let _ = writeln!(out, "hookraft_deliveries_total{{outcome=\"{outcome}\"}} {}", load(value));
     }

@@ -6,8 +6,10 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod health;
+pub mod inbound;
 pub mod internal;
 pub mod payloads;
+pub mod sources;
 
 use std::str::FromStr;
 

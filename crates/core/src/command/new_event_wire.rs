@@ -1,6 +1,6 @@
 //! The encoded form of a [`NewEvent`], a tagged layout (`crate::tagged`):
 //! the first layout was `id, event_type, payload, idempotency_key,
-//! endpoint_ids`; the current one adds `ordering_key`.
+//! endpoint_ids`; the second added `ordering_key`, the third `inbound`.
 
 use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
@@ -20,22 +20,25 @@ impl NewEvent {
             idempotency_key: e.next()?,
             endpoint_ids: e.next()?,
             ordering_key: None,
+            inbound: None,
         })
     }
 }
 
 impl Tagged for NewEvent {
     const WHAT: &'static str = "a new event";
-    const VERSION: u8 = 2;
-    const ELEMENTS: usize = 8;
+    const VERSION: u8 = 3;
+    const ELEMENTS: usize = 9;
 
     fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
         Self::read_after_id(EventId::parse(&first).map_err(de::Error::custom)?, e)
     }
 
-    fn read_current<'de, A: SeqAccess<'de>>(e: &mut Elements<A>) -> Result<Self, A::Error> {
+    fn read_tagged<'de, A: SeqAccess<'de>>(version: u8, e: &mut Elements<A>) -> Result<Self, A::Error> {
         let shared = Self::read_after_id(e.next()?, e)?;
-        Ok(NewEvent { ordering_key: e.next()?, ..shared })
+        let ordering_key = e.next()?;
+        let inbound = if version >= 3 { e.next()? } else { None };
+        Ok(NewEvent { ordering_key, inbound, ..shared })
     }
 }
 
@@ -48,6 +51,7 @@ impl Serialize for NewEvent {
         tuple.serialize_element(&self.idempotency_key)?;
         tuple.serialize_element(&self.endpoint_ids)?;
         tuple.serialize_element(&self.ordering_key)?;
+        tuple.serialize_element(&self.inbound)?;
         tuple.end()
     }
 }
@@ -84,6 +88,7 @@ mod tests {
             idempotency_key: Some("k".into()),
             endpoint_ids: Some(vec![EndpointId::generate(9, &mut rng)]),
             ordering_key: None,
+            inbound: None,
         }
     }
 
@@ -92,6 +97,35 @@ mod tests {
         let e = new_event();
         let old = bincode_of(&(e.id, &e.event_type, &e.payload, &e.idempotency_key, &e.endpoint_ids));
         assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn a_new_event_of_the_second_layout_decodes_with_no_inbound() {
+        let e = NewEvent { ordering_key: Some("customer-1".into()), ..new_event() };
+        let old = bincode_of(&(
+            tagged::TAG,
+            2u8,
+            e.id,
+            &e.event_type,
+            &e.payload,
+            &e.idempotency_key,
+            &e.endpoint_ids,
+            &e.ordering_key,
+        ));
+        assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn the_current_layout_round_trips_with_its_inbound() {
+        let mut rng = StdRng::seed_from_u64(8);
+        let inbound = crate::inbound::Inbound {
+            source_id: crate::ids::SourceId::generate(3, &mut rng),
+            provider_event_id: "delivery-1".into(),
+            entity_key: None,
+            version: Some(crate::inbound::Version::Text("2026-01-01T00:00:00Z".into())),
+        };
+        let e = NewEvent { inbound: Some(Box::new(inbound)), ..new_event() };
+        assert_eq!(from_bincode(&bincode_of(&e)), Ok(e));
     }
 
     #[test]

@@ -29,6 +29,7 @@ fn fixture(payload: Payload) -> (Event, Delivery) {
         received_by: Some(3),
         rewrapped: None,
         ordering_key: None,
+        inbound: None,
     };
     let delivery = Delivery {
         id,

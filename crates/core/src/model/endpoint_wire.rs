@@ -1,6 +1,6 @@
 //! The encoded form of an [`Endpoint`], a tagged layout (`crate::tagged`):
 //! the first layout was the endpoint's fields from `id` to
-//! `updated_at_ms`; the current one adds `ordering`.
+//! `updated_at_ms`; the second added `ordering`, the third `sources`.
 
 use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
@@ -70,26 +70,31 @@ impl Rest {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             ordering,
+            sources: Vec::new(),
         }
     }
 }
 
 impl Tagged for Endpoint {
     const WHAT: &'static str = "an endpoint";
-    /// The first layout's fields, then `ordering`.
-    const VERSION: u8 = 2;
-    /// Tag, version, id, the rest, ordering.
-    const ELEMENTS: usize = 5;
+    /// The first layout's fields, then `ordering`, then `sources`.
+    const VERSION: u8 = 3;
+    /// Tag, version, id, the rest, ordering, sources.
+    const ELEMENTS: usize = 6;
 
     fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
         let id = EndpointId::parse(&first).map_err(de::Error::custom)?;
         Ok(e.next::<Rest>()?.into_endpoint(id, Ordering::None))
     }
 
-    fn read_current<'de, A: SeqAccess<'de>>(e: &mut Elements<A>) -> Result<Self, A::Error> {
+    fn read_tagged<'de, A: SeqAccess<'de>>(version: u8, e: &mut Elements<A>) -> Result<Self, A::Error> {
         let id: EndpointId = e.next()?;
         let rest: Rest = e.next()?;
-        Ok(rest.into_endpoint(id, e.next()?))
+        let mut endpoint = rest.into_endpoint(id, e.next()?);
+        if version >= 3 {
+            endpoint.sources = e.next()?;
+        }
+        Ok(endpoint)
     }
 }
 
@@ -101,6 +106,7 @@ impl Serialize for Endpoint {
         tuple.serialize_element(&self.id)?;
         tuple.serialize_element(&Rest::of(self))?;
         tuple.serialize_element(&self.ordering)?;
+        tuple.serialize_element(&self.sources)?;
         tuple.end()
     }
 }
@@ -139,6 +145,20 @@ mod tests {
         // The first layout: the id's text, then the rest of the fields.
         let old = bincode_of(&(e.id, Rest::of(&e)));
         assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn an_endpoint_of_the_second_layout_decodes_with_no_sources() {
+        let e = Endpoint { ordering: Ordering::PerKey { on_dead: OnDead::Block }, ..endpoint() };
+        let old = bincode_of(&(tagged::TAG, 2u8, e.id, Rest::of(&e), e.ordering));
+        assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn the_current_layout_round_trips_with_its_sources() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let e = Endpoint { sources: vec![crate::ids::SourceId::generate(1, &mut rng)], ..endpoint() };
+        assert_eq!(from_bincode(&bincode_of(&e)), Ok(e));
     }
 
     #[test]

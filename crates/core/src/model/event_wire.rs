@@ -1,7 +1,8 @@
 //! The encoded form of an [`Event`], a tagged layout (`crate::tagged`).
 //! The first layout was the six fields `id, event_type, payload,
 //! received_at_ms, idempotency_key, deliveries`, starting with the event
-//! id's text.
+//! id's text; the second added `received_by`, `rewrapped`, `ordering_key`;
+//! the third `inbound`.
 
 use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
@@ -13,9 +14,8 @@ use crate::tagged::{self, Elements, Tagged};
 
 impl Tagged for Event {
     const WHAT: &'static str = "an event";
-    /// The six first fields, `received_by`, `rewrapped`, `ordering_key`.
-    const VERSION: u8 = 2;
-    const ELEMENTS: usize = 11;
+    const VERSION: u8 = 3;
+    const ELEMENTS: usize = 12;
 
     fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
         // The first layout: `first` is the event id.
@@ -29,10 +29,11 @@ impl Tagged for Event {
             received_by: None,
             rewrapped: None,
             ordering_key: None,
+            inbound: None,
         })
     }
 
-    fn read_current<'de, A: SeqAccess<'de>>(e: &mut Elements<A>) -> Result<Self, A::Error> {
+    fn read_tagged<'de, A: SeqAccess<'de>>(version: u8, e: &mut Elements<A>) -> Result<Self, A::Error> {
         Ok(Event {
             id: e.next()?,
             event_type: e.next()?,
@@ -43,6 +44,7 @@ impl Tagged for Event {
             received_by: e.next()?,
             rewrapped: e.next()?,
             ordering_key: e.next()?,
+            inbound: if version >= 3 { e.next()? } else { None },
         })
     }
 }
@@ -59,6 +61,7 @@ impl Serialize for Event {
         tuple.serialize_element(&self.received_by)?;
         tuple.serialize_element(&self.rewrapped)?;
         tuple.serialize_element(&self.ordering_key)?;
+        tuple.serialize_element(&self.inbound)?;
         tuple.end()
     }
 }
@@ -126,6 +129,7 @@ mod tests {
         assert_eq!(event.idempotency_key.as_deref(), Some("key-1"));
         assert_eq!(&*event.deliveries, &[delivery]);
         assert_eq!((event.received_by, event.rewrapped, event.ordering_key), (None, None, None));
+        assert_eq!(event.inbound, None);
     }
 
     #[test]
@@ -141,6 +145,12 @@ mod tests {
             received_by: Some(3),
             rewrapped: Some(Box::new(Rewrapped { at_ms: 9, first_key_id: Some("k1".into()) })),
             ordering_key: Some("customer-7".into()),
+            inbound: Some(Box::new(crate::inbound::Inbound {
+                source_id: crate::ids::SourceId::generate(3, &mut StdRng::seed_from_u64(1)),
+                provider_event_id: "evt_stripe_1".into(),
+                entity_key: Some("cus_1".into()),
+                version: Some(crate::inbound::Version::Number(17)),
+            })),
         };
         assert_eq!(from_bincode(&bincode_of(&event)), Ok(event));
     }

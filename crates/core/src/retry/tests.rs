@@ -537,6 +537,7 @@ proptest! {
             }
             Decision::LegacyRetry { .. } => prop_assert!(false, "decide wrote a legacy retry"),
             Decision::Deferred { .. } => prop_assert!(false, "decide deferred a delivery that was sent"),
+            Decision::IgnoredStale { .. } => prop_assert!(false, "decide ignored a delivery that was sent"),
             Decision::Dead { .. } => {}
             Decision::Gone => prop_assert_eq!(code, 410),
             Decision::Delivered => prop_assert!(false, "non-2xx delivered"),

@@ -18,6 +18,9 @@ impl ClusterState {
         if self.endpoints.contains_key(&endpoint.id) {
             return Response::Conflict { detail: format!("endpoint {} already exists", endpoint.id) };
         }
+        if let Some(missing) = endpoint.sources.iter().find(|s| !self.inbound.sources.contains_key(s)) {
+            return Response::NotFound { what: format!("source {missing}") };
+        }
         self.endpoints.insert(endpoint.id, endpoint.clone());
         self.fanout.invalidate();
         Response::Ok

@@ -37,7 +37,14 @@ impl ClusterState {
                 targets.dedup();
                 targets
             }
-            None => self.fanout.targets(&self.endpoints, &new.event_type).into_iter().map(|id| (id, false)).collect(),
+            None => {
+                let source = new.inbound.as_ref().map(|inbound| &inbound.source_id);
+                self.fanout
+                    .targets(&self.endpoints, &new.event_type, source)
+                    .into_iter()
+                    .map(|id| (id, false))
+                    .collect()
+            }
         };
 
         let mut created = Vec::with_capacity(targets.len());
@@ -93,6 +100,7 @@ impl ClusterState {
             received_by,
             rewrapped: None,
             ordering_key: new.ordering_key.as_deref().map(Box::from),
+            inbound: new.inbound.clone(),
         });
         self.count_bytes(event_bytes(&event), true);
         self.events.insert(new.id, event);

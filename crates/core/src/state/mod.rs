@@ -16,6 +16,8 @@ mod outcomes;
 mod prune;
 mod replay;
 mod rewrap;
+mod sources;
+mod stale;
 mod usage;
 
 use std::collections::BTreeMap;
@@ -24,6 +26,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use replay::{REPLAY_BATCH_MAX, REPLAY_SCAN_MAX};
+pub use sources::{ENDPOINT_SOURCES_MAX, InboundState};
 
 use crate::command::{Command, Response};
 use crate::dense::{DenseMap, DenseSet};
@@ -33,7 +36,7 @@ pub use usage::{Usage, delivery_bytes, event_bytes, new_event_bytes};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "Encoded<Ordered>")]
+#[serde(from = "Encoded<Ordered, InboundState>")]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
     /// Events and deliveries are boxed: a B-tree node keeps slack for 11
@@ -98,13 +101,18 @@ pub struct ClusterState {
     /// never encoded, counted again after a decode.
     #[serde(skip)]
     numbered: BTreeMap<ordered::OrderKey, u32>,
+    /// The inbound sources and the stale guard's newest versions
+    /// (`state/sources.rs`, `state/stale.rs`). Encoded last: snapshots of
+    /// the layouts before have none (`ClusterStateV1`, `ClusterStateV2`).
+    pub inbound: InboundState,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
 /// decoding goes through it so that the derived indexes are rebuilt.
-/// `O` is the ordered keys' queues, or `()` (nothing) in the first layout.
+/// `O` is the ordered keys' queues and `I` the inbound sources, or `()`
+/// (nothing) in the layouts from before them.
 #[derive(Deserialize)]
-struct Encoded<O> {
+struct Encoded<O, I> {
     endpoints: BTreeMap<EndpointId, Endpoint>,
     events: DenseMap<EventId, Box<Event>>,
     deliveries: DenseMap<DeliveryId, Arc<Delivery>>,
@@ -115,47 +123,56 @@ struct Encoded<O> {
     last_token: u64,
     outcomes_rejected_stale: u64,
     ordered: O,
+    inbound: I,
 }
 
-type Ordered = crate::ordering::OrderedKeys<ordered::OrderKey>;
-
-/// A state encoded before ordered delivery existed (a `V1` snapshot): it
-/// holds no ordered key.
-#[derive(Debug, Deserialize)]
-#[serde(from = "Encoded<()>")]
-pub struct ClusterStateV1(pub ClusterState);
-
-impl From<Encoded<()>> for ClusterStateV1 {
-    fn from(encoded: Encoded<()>) -> Self {
-        let Encoded {
-            endpoints,
-            events,
-            deliveries,
-            idempotency,
-            active,
-            nodes,
-            shards,
-            last_token,
-            outcomes_rejected_stale,
-            ordered: (),
-        } = encoded;
-        Self(ClusterState::from(Encoded {
-            endpoints,
-            events,
-            deliveries,
-            idempotency,
-            active,
-            nodes,
-            shards,
-            last_token,
-            outcomes_rejected_stale,
-            ordered: Ordered::default(),
-        }))
+impl<O, I> Encoded<O, I> {
+    /// The same fields with the last two of the current layout.
+    fn upgraded(self, ordered: impl FnOnce(O) -> Ordered, inbound: impl FnOnce(I) -> InboundState) -> Current {
+        Encoded {
+            endpoints: self.endpoints,
+            events: self.events,
+            deliveries: self.deliveries,
+            idempotency: self.idempotency,
+            active: self.active,
+            nodes: self.nodes,
+            shards: self.shards,
+            last_token: self.last_token,
+            outcomes_rejected_stale: self.outcomes_rejected_stale,
+            ordered: ordered(self.ordered),
+            inbound: inbound(self.inbound),
+        }
     }
 }
 
-impl From<Encoded<Ordered>> for ClusterState {
-    fn from(encoded: Encoded<Ordered>) -> Self {
+type Ordered = crate::ordering::OrderedKeys<ordered::OrderKey>;
+type Current = Encoded<Ordered, InboundState>;
+
+/// A state encoded before ordered delivery existed (a `V1` snapshot): it
+/// holds no ordered key and no source.
+#[derive(Debug, Deserialize)]
+#[serde(from = "Encoded<(), ()>")]
+pub struct ClusterStateV1(pub ClusterState);
+
+impl From<Encoded<(), ()>> for ClusterStateV1 {
+    fn from(encoded: Encoded<(), ()>) -> Self {
+        Self(ClusterState::from(encoded.upgraded(|()| Ordered::default(), |()| InboundState::default())))
+    }
+}
+
+/// A state encoded before inbound sources existed (a `V2` snapshot).
+#[derive(Debug, Deserialize)]
+#[serde(from = "Encoded<Ordered, ()>")]
+pub struct ClusterStateV2(pub ClusterState);
+
+impl From<Encoded<Ordered, ()>> for ClusterStateV2 {
+    fn from(encoded: Encoded<Ordered, ()>) -> Self {
+        Self(ClusterState::from(encoded.upgraded(|ordered| ordered, |()| InboundState::default())))
+    }
+}
+
+impl From<Current> for ClusterState {
+    fn from(encoded: Current) -> Self {
         let dead = dead_index(&encoded.deliveries);
         let ordered = encoded.ordered;
         let mut state = Self {
@@ -174,6 +191,7 @@ impl From<Encoded<Ordered>> for ClusterState {
             usage: Usage::default(),
             ordered,
             numbered: BTreeMap::new(),
+            inbound: encoded.inbound,
         };
         state.recount_usage();
         state.numbered = state.counted_numbered();
@@ -249,6 +267,7 @@ impl Default for ClusterState {
             usage: Usage::default(),
             ordered: Default::default(),
             numbered: BTreeMap::new(),
+            inbound: InboundState::default(),
         }
     }
 }
@@ -280,6 +299,13 @@ impl ClusterState {
             Command::SkipBlocked { endpoint_id, ordering_key, now_ms } => {
                 self.skip_blocked(endpoint_id, ordering_key, *now_ms)
             }
+            Command::CreateSource { source } => self.create_source(source),
+            Command::UpdateSource { id, patch, now_ms } => self.update_source(id, patch, *now_ms),
+            Command::DeleteSource { id, now_ms } => self.delete_source(id, *now_ms),
+            Command::RotateSourceSecret { id, secret, grace_until_ms, now_ms } => {
+                self.rotate_source_secret(id, secret, *grace_until_ms, *now_ms)
+            }
+            Command::SetEndpointSources { id, sources, now_ms } => self.set_endpoint_sources(id, sources, *now_ms),
         }
     }
 
@@ -316,8 +342,8 @@ impl ClusterState {
     /// How many deliveries an event of `event_type` without explicit
     /// targets would create now: one per enabled endpoint subscribed to
     /// the type. Read-only, for sizing a request before it is proposed.
-    pub fn fanout_count(&self, event_type: &str) -> usize {
-        self.fanout.count(&self.endpoints, event_type)
+    pub fn fanout_count(&self, event_type: &str, source: Option<&crate::ids::SourceId>) -> usize {
+        self.fanout.count(&self.endpoints, event_type, source)
     }
 
     /// The grant of the shard `endpoint` lives in.

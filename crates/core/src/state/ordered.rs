@@ -27,7 +27,7 @@ pub type BlockedKey = (Box<str>, u64, DeliveryId);
 fn place_of(delivery: &Delivery, on_dead: OnDead) -> Place {
     match delivery.state {
         DeliveryState::Pending | DeliveryState::Attempting | DeliveryState::Retrying => Place::Waiting,
-        DeliveryState::Delivered => Place::Passed,
+        DeliveryState::Delivered | DeliveryState::IgnoredStale => Place::Passed,
         DeliveryState::Dead => {
             let skipped = matches!(delivery.history.last(), Some(TimelineEntry::Skipped { .. }));
             if on_dead == OnDead::Block && !skipped { Place::Blocking } else { Place::Passed }

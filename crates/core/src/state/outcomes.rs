@@ -62,6 +62,7 @@ impl ClusterState {
                     if verdict == Verdict::Applied {
                         // A success reached a dead delivery: it is delivered now.
                         self.index_dead(&outcome.delivery_id, &endpoint_id, false);
+                        self.note_if_delivered(&outcome.delivery_id);
                     }
                     return verdict;
                 }
@@ -85,7 +86,17 @@ impl ClusterState {
         if gone {
             self.dead_letter_active(&endpoint_id, "endpoint disabled after 410 Gone", now_ms);
         }
+        self.note_if_delivered(&delivery_id);
         Verdict::Applied
+    }
+}
+
+impl ClusterState {
+    /// Tells the stale guard of a delivery that is now delivered.
+    fn note_if_delivered(&mut self, id: &crate::ids::DeliveryId) {
+        if let Some(delivery) = self.deliveries.get(id).filter(|d| d.state == DeliveryState::Delivered).cloned() {
+            self.note_delivered(&delivery);
+        }
     }
 }
 
@@ -100,6 +111,17 @@ enum Applied {
 
 /// Records an attempt's outcome on its delivery (its fence already checked).
 fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> Applied {
+    if let Decision::IgnoredStale { newer } = &outcome.decision {
+        // Nothing was sent: no attempt to record, none spent.
+        if delivery.state.is_terminal() {
+            return Applied::Done(Verdict::Ignored);
+        }
+        delivery.state = DeliveryState::IgnoredStale;
+        delivery.next_attempt_at_ms = OptionalMs::NONE;
+        delivery.updated_at_ms = now_ms;
+        delivery.push_timeline(TimelineEntry::IgnoredStale { at_ms: now_ms, newer: Box::new(*newer) });
+        return Applied::Changed { still_active: false, gone: false };
+    }
     if delivery.state.is_terminal() {
         // The attempt was in flight when the delivery ended (a duplicate
         // send that raced a success, or an operator dead-lettered it).
@@ -158,6 +180,7 @@ fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> App
             delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.clone() });
             still_active = false;
         }
+        Decision::IgnoredStale { .. } => unreachable!("handled above"),
         Decision::Gone => {
             delivery.state = DeliveryState::Dead;
             delivery.next_attempt_at_ms = OptionalMs::NONE;

@@ -30,6 +30,7 @@ impl ClusterState {
         let mut deliveries = 0u32;
         for event_id in &chosen {
             let Some(event) = self.events.remove(event_id) else { continue };
+            self.forget_newest(&event);
             self.count_bytes(event_bytes(&event), false);
             for delivery_id in &event.deliveries {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {

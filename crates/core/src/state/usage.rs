@@ -83,7 +83,13 @@ pub fn event_bytes(event: &Event) -> u64 {
             .rewrapped
             .as_ref()
             .map_or(0, |r| REWRAPPED_BYTES + r.first_key_id.as_ref().map_or(0, |id| id.len() as u64))
+        + event.inbound.as_ref().map_or(0, |i| {
+            INBOUND_BYTES + i.provider_event_id.len() as u64 + i.entity_key.as_ref().map_or(0, |k| k.len() as u64)
+        })
 }
+
+/// An `Inbound` record and its box, its texts aside.
+const INBOUND_BYTES: u64 = 96;
 
 /// A `Rewrapped` record and its box.
 const REWRAPPED_BYTES: u64 = 48;
@@ -111,6 +117,7 @@ fn entry_bytes(entry: &TimelineEntry) -> u64 {
             | TimelineEntry::Truncated { .. }
             | TimelineEntry::Sequenced { .. }
             | TimelineEntry::Skipped { .. } => 0,
+            TimelineEntry::IgnoredStale { .. } => 16,
         }
 }
 

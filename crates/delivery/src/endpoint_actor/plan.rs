@@ -1,7 +1,9 @@
 //! What an attempt of an endpoint actor sends: the delivery's payload,
 //! opened with the node's keys just before it is signed, and what the
-//! actor records when it cannot be opened (nothing is sent).
+//! actor records when it cannot be opened, or when a newer version of the
+//! delivery's entity key was delivered first (nothing is sent).
 
+use hookraft_core::ids::EventId;
 use hookraft_core::payload::OpenError;
 use ractor::ActorRef;
 
@@ -10,14 +12,26 @@ use crate::attempt::AttemptPlan;
 use crate::queue::{QueuedDelivery, is_active_for};
 use crate::transport::SendError;
 
+/// Why an attempt is not sent.
+pub(super) enum NotSent {
+    /// Its payload cannot be opened here: deferred.
+    Payload(OpenError),
+    /// This newer event of its entity key was delivered first: it ends
+    /// `ignored_stale` (the stale guard, `hookraft_core::state::stale`).
+    Stale(EventId),
+}
+
 impl EndpointState {
     /// What the next attempt of `queued` sends: its event's payload,
     /// opened with this node's keys. `None` when the delivery is no longer
-    /// this endpoint's to attempt; an error when the payload cannot be opened.
-    pub(super) fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, OpenError>> {
+    /// this endpoint's to attempt; an error when it is not to be sent.
+    pub(super) fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, NotSent>> {
         let (event_id, payload, sealed_type, ordering) = {
             let guard = self.ctx.state.read();
             let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
+            if let Some(newer) = guard.stale_newer(delivery) {
+                return Some(Err(NotSent::Stale(newer)));
+            }
             let event = guard.events.get(&delivery.event_id)?;
             let ordering = guard.ordering_key(delivery).map(|key| (delivery.sequence, Box::from(key)));
             // The type is part of a sealed payload's associated data only.
@@ -35,7 +49,7 @@ impl EndpointState {
             Ok(_) if hookraft_core::breaks::send_sealed() => Ok(payload.shared()),
             opened => opened,
         };
-        Some(opened.map(|payload| AttemptPlan {
+        Some(opened.map_err(NotSent::Payload).map(|payload| AttemptPlan {
             delivery_id: queued.id,
             event_id,
             payload,
@@ -44,17 +58,30 @@ impl EndpointState {
         }))
     }
 
-    /// Records that `queued` was not sent because its payload could not be
-    /// opened: the same way as an attempt, so the outcome goes through
-    /// [`Self::finish`], which defers it instead of spending its retries.
+    /// Records that `queued` was not sent: the same way as an attempt, so
+    /// the outcome goes through [`Self::finish`], which defers one whose
+    /// payload cannot be opened instead of spending its retries, and ends
+    /// a stale one `ignored_stale`.
     pub(super) fn not_sent(
         &mut self,
         myself: &ActorRef<EndpointMsg>,
         queued: QueuedDelivery,
         token: u64,
         now_ms: u64,
-        error: OpenError,
+        reason: NotSent,
     ) {
+        let error = match reason {
+            NotSent::Payload(error) => error,
+            NotSent::Stale(newer) => {
+                let delivery_id = queued.id;
+                self.ctx.in_flight.insert(&delivery_id);
+                self.in_flight.insert(delivery_id, InFlight { queued, token, started_at_ms: now_ms, abort: None });
+                let result = Err(SendError::Other(format!("not sent: {newer}, a newer version, was delivered")));
+                let done = AttemptDone { delivery_id, result, latency_ms: 0, ignored_for: Some(newer) };
+                let _ = myself.send_message(EndpointMsg::Done(Box::new(done)));
+                return;
+            }
+        };
         match &error {
             // Logged once per key by `PayloadKeys`.
             OpenError::MissingKey(_) => {
@@ -68,6 +95,7 @@ impl EndpointState {
         self.ctx.in_flight.insert(&delivery_id);
         self.in_flight.insert(delivery_id, InFlight { queued, token, started_at_ms: now_ms, abort: None });
         let result = Err(SendError::PayloadUnavailable(error.to_string()));
-        let _ = myself.send_message(EndpointMsg::Done(Box::new(AttemptDone { delivery_id, result, latency_ms: 0 })));
+        let done = AttemptDone { delivery_id, result, latency_ms: 0, ignored_for: None };
+        let _ = myself.send_message(EndpointMsg::Done(Box::new(done)));
     }
 }

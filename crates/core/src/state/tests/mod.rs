@@ -14,6 +14,7 @@ mod prune;
 mod replay;
 mod replicas;
 mod rewrap;
+mod sources;
 mod usage;
 
 use super::*;
@@ -43,6 +44,7 @@ fn event(rng: &mut StdRng, event_type: &str, key: Option<&str>, targets: Option<
         idempotency_key: key.map(str::to_string),
         endpoint_ids: targets,
         ordering_key: None,
+        inbound: None,
     }
 }
 

@@ -29,13 +29,13 @@ fn ingest_counts_each_pending_delivery_and_its_estimated_bytes() {
     let (a, b) = (endpoint(&mut rng, None), endpoint(&mut rng, Some(&["b"])));
     let mut state = state_with(&[a, b]);
     assert_eq!(state.usage(), Usage::default(), "endpoints alone are not counted");
-    assert_eq!((state.fanout_count("a"), state.fanout_count("b")), (1, 2), "before the index is built");
+    assert_eq!((state.fanout_count("a", None), state.fanout_count("b", None)), (1, 2), "before the index is built");
 
     ingest(&mut state, &mut rng, 100, 5_000);
     let usage = state.usage();
     assert_eq!(usage.pending, 100, "one delivery per event: only `a` takes type a");
     assert_eq!(
-        (state.fanout_count("a"), state.fanout_count("b"), state.fanout_count("c")),
+        (state.fanout_count("a", None), state.fanout_count("b", None), state.fanout_count("c", None)),
         (1, 2, 1),
         "from the index"
     );

@@ -1,0 +1,316 @@
+//! `/v1/sources`: inbound sources, registered, listed, read, changed,
+//! deleted, their secret rotated. A source's secret is written, never read
+//! back. The ingress itself is `routes/inbound.rs`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use hookraft_core::clock::format_rfc3339_ms;
+use hookraft_core::command::{Command, SourcePatch};
+use hookraft_core::ids::SourceId;
+use hookraft_core::inbound::{
+    ALLOW_CIDRS_MAX, Cidr, Encoding, LOCATOR_BYTES_MAX, Locator, ProviderSecret, Scheme, Source,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{commit, parse_id};
+use crate::context::ApiContext;
+use crate::extract::JsonBody;
+use crate::problem::{ApiResult, Problem};
+use crate::validate::{self, double_option};
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new()
+        .route("/v1/sources", post(create).get(list))
+        .route("/v1/sources/{id}", get(read).patch(update).delete(remove))
+        .route("/v1/sources/{id}/rotate-secret", post(rotate_secret))
+}
+
+/// Where a value is: `{"header": "x-request-id"}` or `{"pointer": "/id"}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+enum LocatorInput {
+    Header(String),
+    Pointer(String),
+}
+
+impl LocatorInput {
+    fn into_locator(self, field: &str) -> ApiResult<Locator> {
+        match self {
+            LocatorInput::Header(name) => Ok(Locator::Header(header_name(field, &name)?)),
+            LocatorInput::Pointer(pointer) => Ok(Locator::Pointer(json_pointer(field, &pointer)?)),
+        }
+    }
+}
+
+/// A header name as HTTP allows it, lowercased.
+fn header_name(field: &str, name: &str) -> ApiResult<String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || name.len() > LOCATOR_BYTES_MAX || !name.bytes().all(token) {
+        return Err(Problem::invalid(format!("{field}: `{name}` is not a header name")));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// A JSON pointer (RFC 6901): empty, or `/` and its reference tokens.
+fn json_pointer(field: &str, pointer: &str) -> ApiResult<String> {
+    if pointer.len() > LOCATOR_BYTES_MAX || !(pointer.is_empty() || pointer.starts_with('/')) {
+        return Err(Problem::invalid(format!(
+            "{field}: a JSON pointer starts with `/` (like `/data/object/id`) and has at most {LOCATOR_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(pointer.to_string())
+}
+
+fn cidrs(list: &[String]) -> ApiResult<Vec<Cidr>> {
+    if list.len() > ALLOW_CIDRS_MAX {
+        return Err(Problem::invalid(format!("allow_cidrs may hold at most {ALLOW_CIDRS_MAX} blocks")));
+    }
+    list.iter().map(|c| c.parse::<Cidr>().map_err(|e| Problem::invalid(format!("allow_cidrs: {e}")))).collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSource {
+    scheme: String,
+    secret: String,
+    description: Option<String>,
+    /// `hmac-sha256` only: the header, its encoding and prefix.
+    signature_header: Option<String>,
+    signature_encoding: Option<String>,
+    signature_prefix: Option<String>,
+    event_id: Option<LocatorInput>,
+    event_type: Option<LocatorInput>,
+    entity_key: Option<String>,
+    version: Option<String>,
+    rate_limit_per_s: Option<u32>,
+    allow_cidrs: Option<Vec<String>>,
+}
+
+fn scheme_of(body: &CreateSource) -> ApiResult<Scheme> {
+    let plain_only =
+        body.signature_header.is_some() || body.signature_encoding.is_some() || body.signature_prefix.is_some();
+    let scheme = match body.scheme.as_str() {
+        "standard-webhooks" => Scheme::StandardWebhooks,
+        "stripe" => Scheme::Stripe,
+        "github" => Scheme::Github,
+        "hmac-sha256" => {
+            let header = body.signature_header.as_deref().ok_or_else(|| {
+                Problem::invalid("signature_header: an hmac-sha256 source names the header its signature is in")
+            })?;
+            let encoding = match body.signature_encoding.as_deref() {
+                None | Some("hex") => Encoding::Hex,
+                Some("base64") => Encoding::Base64,
+                Some(other) => {
+                    return Err(Problem::invalid(format!(
+                        "signature_encoding must be \"hex\" or \"base64\", not {other:?}"
+                    )));
+                }
+            };
+            let prefix = body.signature_prefix.clone().filter(|p| !p.is_empty());
+            if prefix.as_ref().is_some_and(|p| p.len() > LOCATOR_BYTES_MAX) {
+                return Err(Problem::invalid(format!("signature_prefix may have at most {LOCATOR_BYTES_MAX} bytes")));
+            }
+            return Ok(Scheme::HmacSha256 { header: header_name("signature_header", header)?, encoding, prefix });
+        }
+        other => {
+            return Err(Problem::invalid(format!(
+                "scheme must be \"standard-webhooks\", \"stripe\", \"github\" or \"hmac-sha256\", not {other:?}"
+            )));
+        }
+    };
+    if plain_only {
+        return Err(Problem::invalid("signature_header, signature_encoding and signature_prefix are for hmac-sha256"));
+    }
+    Ok(scheme)
+}
+
+async fn create(
+    State(ctx): State<Arc<ApiContext>>,
+    JsonBody(body): JsonBody<CreateSource>,
+) -> ApiResult<impl IntoResponse> {
+    let scheme = scheme_of(&body)?;
+    let secret = ProviderSecret::parse(&scheme, &body.secret).map_err(|e| Problem::invalid(format!("secret: {e}")))?;
+    if let Some(d) = &body.description {
+        validate::description(d)?;
+    }
+    let event_id = match body.event_id {
+        Some(locator) => locator.into_locator("event_id")?,
+        None => scheme
+            .default_event_id()
+            .ok_or_else(|| Problem::invalid("event_id: an hmac-sha256 source says where the provider's event id is"))?,
+    };
+    let now_ms = ctx.clock.wall_ms();
+    let id = ctx.with_rng(|rng| SourceId::generate(now_ms, rng));
+    let source = Source {
+        id,
+        description: body.description,
+        scheme,
+        secret,
+        previous_secrets: Vec::new(),
+        event_id,
+        event_type: body.event_type.map(|l| l.into_locator("event_type")).transpose()?,
+        entity_key: body.entity_key.map(|p| json_pointer("entity_key", &p)).transpose()?,
+        version: body.version.map(|p| json_pointer("version", &p)).transpose()?,
+        rate_limit_per_s: body.rate_limit_per_s.map(validate::rate_limit).transpose()?,
+        allow_cidrs: cidrs(body.allow_cidrs.as_deref().unwrap_or_default())?,
+        disabled: false,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    };
+    commit(&ctx, Command::CreateSource { source: Box::new(source) }).await?;
+    Ok((StatusCode::CREATED, axum::Json(source_view(&ctx, &id)?)))
+}
+
+fn source_view(ctx: &ApiContext, id: &SourceId) -> ApiResult<Value> {
+    let state = ctx.state.read();
+    let source = state.inbound.sources.get(id).ok_or_else(|| Problem::not_found(format!("no source {id}")))?;
+    Ok(view(source))
+}
+
+fn locator_view(locator: &Locator) -> Value {
+    match locator {
+        Locator::Header(name) => json!({"header": name}),
+        Locator::Pointer(pointer) => json!({"pointer": pointer}),
+    }
+}
+
+/// A source as the API shows it: everything but its secrets.
+pub fn view(source: &Source) -> Value {
+    let mut value = json!({
+        "id": source.id,
+        "description": source.description,
+        "scheme": source.scheme.name(),
+        "ingress_path": format!("/in/{}", source.id),
+        "event_id": locator_view(&source.event_id),
+        "event_type": source.event_type_locator().as_ref().map(locator_view),
+        "entity_key": source.entity_key,
+        "version": source.version,
+        "rate_limit_per_s": source.rate_limit_per_s,
+        "allow_cidrs": source.allow_cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "disabled": source.disabled,
+        "previous_secrets_expire_at": source
+            .previous_secrets
+            .iter()
+            .map(|s| format_rfc3339_ms(s.expires_at_ms))
+            .collect::<Vec<_>>(),
+        "created_at": format_rfc3339_ms(source.created_at_ms),
+        "updated_at": format_rfc3339_ms(source.updated_at_ms),
+    });
+    if let Scheme::HmacSha256 { header, encoding, prefix } = &source.scheme {
+        value["signature_header"] = json!(header);
+        value["signature_encoding"] = json!(match encoding {
+            Encoding::Hex => "hex",
+            Encoding::Base64 => "base64",
+        });
+        value["signature_prefix"] = json!(prefix);
+    }
+    value
+}
+
+async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+    let state = ctx.state.read();
+    let data: Vec<Value> = state.inbound.sources.values().map(view).collect();
+    axum::Json(json!({ "data": data }))
+}
+
+async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+    let id: SourceId = parse_id(&id)?;
+    source_view(&ctx, &id).map(axum::Json)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchSource {
+    #[serde(default, deserialize_with = "double_option")]
+    description: Option<Option<String>>,
+    event_id: Option<LocatorInput>,
+    #[serde(default, deserialize_with = "double_option")]
+    event_type: Option<Option<LocatorInput>>,
+    #[serde(default, deserialize_with = "double_option")]
+    entity_key: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    version: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    rate_limit_per_s: Option<Option<u32>>,
+    allow_cidrs: Option<Vec<String>>,
+    disabled: Option<bool>,
+}
+
+async fn update(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<PatchSource>,
+) -> ApiResult<axum::Json<Value>> {
+    let id: SourceId = parse_id(&id)?;
+    if let Some(Some(d)) = &body.description {
+        validate::description(d)?;
+    }
+    let pointer = |field: &'static str, value: Option<Option<String>>| {
+        value.map(|v| v.map(|p| json_pointer(field, &p)).transpose()).transpose()
+    };
+    let patch = SourcePatch {
+        description: body.description,
+        event_id: body.event_id.map(|l| l.into_locator("event_id")).transpose()?,
+        event_type: body.event_type.map(|v| v.map(|l| l.into_locator("event_type")).transpose()).transpose()?,
+        entity_key: pointer("entity_key", body.entity_key)?,
+        version: pointer("version", body.version)?,
+        rate_limit_per_s: body.rate_limit_per_s.map(|r| r.map(validate::rate_limit).transpose()).transpose()?,
+        allow_cidrs: body.allow_cidrs.as_deref().map(cidrs).transpose()?,
+        disabled: body.disabled,
+    };
+    commit(&ctx, Command::UpdateSource { id, patch, now_ms: ctx.clock.wall_ms() }).await?;
+    source_view(&ctx, &id).map(axum::Json)
+}
+
+async fn remove(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let id: SourceId = parse_id(&id)?;
+    commit(&ctx, Command::DeleteSource { id, now_ms: ctx.clock.wall_ms() }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RotateSecret {
+    secret: String,
+    grace_period_s: Option<u64>,
+}
+
+/// Longest grace period a rotation may ask for.
+const GRACE_PERIOD_S_MAX: u64 = 7 * 24 * 3_600;
+
+/// The provider rotated its secret: the new one is current, the old one
+/// still verifies for the grace period.
+async fn rotate_secret(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<RotateSecret>,
+) -> ApiResult<axum::Json<Value>> {
+    let id: SourceId = parse_id(&id)?;
+    let scheme = {
+        let state = ctx.state.read();
+        state
+            .inbound
+            .sources
+            .get(&id)
+            .map(|s| s.scheme.clone())
+            .ok_or_else(|| Problem::not_found(format!("no source {id}")))?
+    };
+    let secret = ProviderSecret::parse(&scheme, &body.secret).map_err(|e| Problem::invalid(format!("secret: {e}")))?;
+    let grace_ms = match body.grace_period_s {
+        Some(s) if s > GRACE_PERIOD_S_MAX => {
+            return Err(Problem::invalid(format!("grace_period_s may be at most {GRACE_PERIOD_S_MAX}")));
+        }
+        Some(s) => s * 1_000,
+        None => ctx.secret_grace_ms,
+    };
+    let now_ms = ctx.clock.wall_ms();
+    let grace_until_ms = now_ms + grace_ms;
+    commit(&ctx, Command::RotateSourceSecret { id, secret, grace_until_ms, now_ms }).await?;
+    source_view(&ctx, &id).map(axum::Json)
+}
