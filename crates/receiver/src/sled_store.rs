@@ -40,6 +40,9 @@ const TIME: u8 = b't';
 /// A [`Store`] in a sled database.
 pub struct SledStore {
     tree: sled::Db,
+    /// Held while a commit or a prune reads and writes entries: a prune
+    /// must not remove an entry that a commit is recording again.
+    writes: Mutex<()>,
     /// sled's data file, synced after each flush; the lock also keeps
     /// flushes one at a time.
     data_file: Mutex<std::fs::File>,
@@ -65,7 +68,7 @@ impl SledStore {
         };
         let db = open_when_released(open).map_err(|source| Error::Open { path: path.to_path_buf(), source })?;
         let data_file = std::fs::File::open(path.join(DATA_FILE))?;
-        Ok(Self { tree: db, data_file: Mutex::new(data_file), path: path.to_path_buf() })
+        Ok(Self { tree: db, writes: Mutex::new(()), data_file: Mutex::new(data_file), path: path.to_path_buf() })
     }
 
     /// Entries held (seen ids plus keys), stale or not.
@@ -165,6 +168,7 @@ impl Store for SledStore {
     }
 
     fn commit(&self, record: &Record, now_s: u64) -> Result<(), Error> {
+        let writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         let mut batch = sled::Batch::default();
         if let Some(old_s) = self.seen_at(&record.id)? {
             batch.remove(index_key(old_s, ID, &record.id));
@@ -179,10 +183,12 @@ impl Store for SledStore {
             batch.insert(index_key(now_s, KEY, key), &[]);
         }
         self.tree.apply_batch(batch)?;
+        drop(writes);
         self.flush()
     }
 
     fn prune(&self, before_s: u64, entries_max: usize) -> Result<usize, Error> {
+        let _writes = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
         let end = index_key(before_s, 0, "");
         let mut batch = sled::Batch::default();
         let mut removed = 0;

@@ -61,7 +61,9 @@ pub trait Store: Send + Sync {
     fn commit(&self, record: &Record, now_s: u64) -> Result<(), Error>;
 
     /// Removes at most `entries_max` entries recorded before `before_s`,
-    /// oldest first, and says how many it removed.
+    /// oldest first, and says how many it removed. It must not interleave
+    /// with a `commit` of the same entry (an expired id or key recorded
+    /// again), or the entry just recorded could go.
     fn prune(&self, before_s: u64, entries_max: usize) -> Result<usize, Error>;
 }
 
