@@ -3,7 +3,9 @@
 //! - `hookraft serve` runs a node (a single-node cluster with no flags:
 //!   API on 127.0.0.1:8080, data in ./hookraft-data).
 //! - `hookraft receiver` runs a small receiver that verifies signatures and
-//!   prints each request, to watch deliveries arrive.
+//!   prints each request, to watch deliveries arrive; with `--state-dir` or
+//!   `--forward-to` it also deduplicates, keeps keys in order and passes
+//!   each event on once (`hookraft-receiver`).
 //! - `hookraft cluster ...` administers a cluster (status, move a shard,
 //!   drain, add or remove a node) over the admin HTTP API.
 //! - `hookraft keys ...` edits a payload keyring file (generate, list,
@@ -30,7 +32,8 @@ struct Cli {
 enum Command {
     /// Run a hookraft node.
     Serve(Box<serve::ServeArgs>),
-    /// Run a demo receiver that verifies and prints webhooks.
+    /// Run a receiver that verifies and prints webhooks (and with
+    /// --state-dir/--forward-to deduplicates and passes them on).
     Receiver(receiver::ReceiverArgs),
     /// Administer a cluster.
     Cluster(admin::ClusterArgs),
