@@ -189,17 +189,12 @@ async fn an_update_arriving_after_a_newer_cancellation_of_its_key_ends_ignored_s
 
     let (status, updated) = stripe_post(&node, &stripe, &event("evt_1", "customer.subscription.updated", 100)).await;
     assert_eq!(status, StatusCode::OK, "{updated}");
-    let stale = list_deliveries(&node, &format!("endpoint_id={endpoint}&state=ignored_stale")).await;
-    let stale_id = match stale.as_slice() {
-        [one] => one["id"].as_str().unwrap().to_string(),
-        [] => {
-            let all = deliveries_of(&node, &endpoint).await;
-            let older = all.iter().find(|d| d["event_id"] == updated["event_id"]).expect("its delivery");
-            older["id"].as_str().unwrap().to_string()
-        }
-        more => panic!("one stale delivery expected: {more:?}"),
-    };
+    let all = deliveries_of(&node, &endpoint).await;
+    let older = all.iter().find(|d| d["event_id"] == updated["event_id"]).expect("the update's delivery");
+    let stale_id = older["id"].as_str().unwrap().to_string();
     let ignored = wait_delivery_state(&node, &stale_id, "ignored_stale", DEADLINE).await;
+    let listed = list_deliveries(&node, &format!("endpoint_id={endpoint}&state=ignored_stale")).await;
+    assert_eq!(listed.iter().map(|d| d["id"].clone()).collect::<Vec<_>>(), vec![json!(stale_id)]);
     let kinds: Vec<&str> = ignored["timeline"].as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
     assert!(kinds.contains(&"ignored_stale") && !kinds.contains(&"attempt"), "{ignored:#}");
     let bodies: Vec<Value> = receiver.requests("subs").iter().map(|r| r.body_json()).collect();
@@ -306,4 +301,23 @@ async fn a_rotated_provider_secret_keeps_verifying_through_its_grace_period() {
     }
     let (_, _, listed) = node.get_json("/v1/sources").await;
     assert!(!listed.to_string().contains("github-secret"), "secrets never leave the node: {listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbound_request_is_stored_sealed_under_the_keyring_and_delivered_in_clear() {
+    let key = BASE64.encode([7u8; 32]);
+    let options = NodeOptions::default().arg("--keyring-text").arg(format!("active = k1; k1 = {key}"));
+    let node = TestNode::start_with(options).await;
+    let receiver = ScriptedReceiver::start().await;
+    let stripe = create_source(&node, json!({"scheme": "stripe", "secret": STRIPE_SECRET})).await;
+    let (endpoint, _) = register_endpoint(&node, &json!({"url": receiver.url("sealed"), "sources": [stripe]})).await;
+    let body = json!({"id": "evt_secret", "type": "card.updated", "last4": "4242"});
+    let (status, answer) = stripe_post(&node, &stripe, &body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (_, _, event) = node.get_json(&format!("/v1/events/{}", answer["event_id"].as_str().unwrap())).await;
+    assert_eq!(event["key_id"], "k1", "sealed under the active key: {event}");
+    assert_eq!(event["payload"], body, "opened for the operator");
+    let delivery = deliveries_of(&node, &endpoint).await.remove(0);
+    wait_delivery_state(&node, delivery["id"].as_str().unwrap(), "delivered", DEADLINE).await;
+    assert_eq!(receiver.requests("sealed")[0].body_json(), body, "the receiver gets the provider's body");
 }

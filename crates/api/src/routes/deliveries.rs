@@ -52,7 +52,9 @@ async fn list(
         .as_deref()
         .map(|s| {
             DeliveryState::parse(s).ok_or_else(|| {
-                Problem::malformed(format!("state must be pending, attempting, retrying, delivered or dead, got `{s}`"))
+                Problem::malformed(format!(
+                    "state must be pending, attempting, retrying, delivered, dead or ignored_stale, got `{s}`"
+                ))
             })
         })
         .transpose()?;
