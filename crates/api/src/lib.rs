@@ -35,6 +35,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
     let v1 = Router::new()
         .merge(routes::endpoints::router())
         .merge(routes::events::router())
+        .merge(routes::event_history::router())
         .merge(routes::deliveries::router())
         .merge(routes::cluster::router())
         .merge(routes::payloads::router())

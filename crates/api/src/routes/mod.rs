@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod deliveries;
 pub mod endpoints;
+pub mod event_history;
 pub mod events;
 pub mod health;
 pub mod inbound;

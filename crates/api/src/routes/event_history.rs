@@ -1,0 +1,228 @@
+//! Reading the past: `GET /v1/events` lists events (by type, time,
+//! endpoint, state of a delivery), paged by cursor; `POST
+//! /v1/events/{id}/replay` replays an event's settled deliveries at once.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use hookraft_core::clock::parse_rfc3339_ms;
+use hookraft_core::command::{Command, ReplayTarget, Response};
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
+use hookraft_core::model::{Delivery, DeliveryState, Event};
+use hookraft_core::state::ClusterState;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{commit, parse_id};
+use crate::context::ApiContext;
+use crate::extract::OptionalJsonBody;
+use crate::problem::{ApiResult, Problem};
+use crate::views;
+
+/// Page size bounds of `GET /v1/events`.
+pub const EVENTS_LIMIT_DEFAULT: usize = 50;
+pub const EVENTS_LIMIT_MAX: usize = 1_000;
+/// Events one listing looks at, at most, filtered or not: a filter that
+/// matches little answers a short page and a cursor to go on from.
+pub const EVENTS_SCAN_MAX: usize = 10_000;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/v1/events", get(list)).route("/v1/events/{id}/replay", post(replay))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    r#type: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    endpoint_id: Option<String>,
+    state: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// What a listing keeps: every given filter must hold.
+struct Filter {
+    event_type: Option<String>,
+    since_ms: u64,
+    until_ms: u64,
+    endpoint: Option<EndpointId>,
+    state: Option<DeliveryState>,
+}
+
+impl Filter {
+    fn parse(q: &ListQuery) -> ApiResult<Self> {
+        let time = |field: &str, value: &Option<String>| -> ApiResult<Option<u64>> {
+            value
+                .as_deref()
+                .map(|v| {
+                    parse_rfc3339_ms(v)
+                        .ok_or_else(|| Problem::malformed(format!("{field}: `{v}` is not an RFC 3339 time")))
+                })
+                .transpose()
+        };
+        let state = q
+            .state
+            .as_deref()
+            .map(|s| {
+                DeliveryState::parse(s).ok_or_else(|| {
+                    Problem::malformed(format!(
+                        "state must be pending, attempting, retrying, delivered, dead or ignored_stale, got `{s}`"
+                    ))
+                })
+            })
+            .transpose()?;
+        let endpoint = q
+            .endpoint_id
+            .as_deref()
+            .map(|e| e.parse().map_err(|e| Problem::malformed(format!("endpoint_id: {e}"))))
+            .transpose()?;
+        Ok(Self {
+            event_type: q.r#type.clone(),
+            since_ms: time("since", &q.since)?.unwrap_or(0),
+            until_ms: time("until", &q.until)?.unwrap_or(u64::MAX),
+            endpoint,
+            state,
+        })
+    }
+
+    /// Whether `event` passes: its type, its time, and (when asked) a
+    /// delivery to the endpoint, in the state.
+    fn keeps(&self, ctx: &ApiContext, state: &ClusterState, event: &Event) -> bool {
+        if self.event_type.as_deref().is_some_and(|t| *event.event_type != *t)
+            || !(self.since_ms..self.until_ms).contains(&event.received_at_ms)
+        {
+            return false;
+        }
+        if self.endpoint.is_none() && self.state.is_none() {
+            return true;
+        }
+        event.deliveries.iter().filter_map(|id| state.deliveries.get(id)).any(|d| {
+            self.endpoint.is_none_or(|e| d.endpoint_id == e)
+                && self.state.is_none_or(|s| views::effective_state(ctx, d) == s)
+        })
+    }
+}
+
+async fn list(
+    State(ctx): State<Arc<ApiContext>>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<axum::Json<Value>> {
+    let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
+    let filter = Filter::parse(&q)?;
+    let limit =
+        match q.limit.as_deref() {
+            None => EVENTS_LIMIT_DEFAULT,
+            Some(l) => l.parse::<usize>().ok().filter(|l| (1..=EVENTS_LIMIT_MAX).contains(l)).ok_or_else(|| {
+                Problem::malformed(format!("limit must be between 1 and {EVENTS_LIMIT_MAX}, got `{l}`"))
+            })?,
+        };
+    let after: Bound<EventId> = match q.cursor.as_deref() {
+        None | Some("") => Bound::Unbounded,
+        Some(c) => Bound::Excluded(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
+    };
+    let state = ctx.state.read();
+    let mut data = Vec::with_capacity(limit.min(64));
+    let mut next_cursor = None;
+    let mut candidates = state.events.range((after, Bound::Unbounded)).peekable();
+    let mut looked = 0;
+    while let Some((id, event)) = candidates.next() {
+        looked += 1;
+        if filter.keeps(&ctx, &state, event) {
+            if data.len() == limit {
+                next_cursor = Some(data_cursor(&data));
+                break;
+            }
+            data.push(summary(&ctx, &state, event));
+        }
+        if looked >= EVENTS_SCAN_MAX && candidates.peek().is_some() {
+            next_cursor = Some(id.to_string());
+            break;
+        }
+    }
+    Ok(axum::Json(json!({ "data": data, "next_cursor": next_cursor })))
+}
+
+/// The id of the page's last event: where the next page starts after.
+fn data_cursor(data: &[Value]) -> String {
+    data.last().and_then(|e| e["id"].as_str()).unwrap_or_default().to_string()
+}
+
+/// An event in a listing: no payload (read one event for it).
+fn summary(ctx: &ApiContext, state: &ClusterState, event: &Event) -> Value {
+    let deliveries: Vec<&Delivery> =
+        event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
+    let mut view = views::event(ctx, event, &deliveries);
+    if let Some(fields) = view.as_object_mut() {
+        fields.remove("payload");
+        fields.remove("payload_error");
+    }
+    view
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    /// Replay delivered deliveries too (sending the event again to endpoints
+    /// that already have it).
+    #[serde(default)]
+    include_delivered: bool,
+}
+
+/// `POST /v1/events/{id}/replay`: every settled delivery of the event
+/// (dead, ignored as stale, and delivered ones when asked) is queued again,
+/// in one log entry; unsettled ones are skipped, as are deliveries to
+/// disabled or deleted endpoints, each with its reason.
+async fn replay(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(id): Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody<ReplayBody>,
+) -> ApiResult<impl IntoResponse> {
+    let id: EventId = parse_id(&id)?;
+    let (chosen, mut skipped) = {
+        let state = ctx.state.read();
+        let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
+        let mut chosen: Vec<DeliveryId> = Vec::new();
+        let mut skipped: Vec<Value> = Vec::new();
+        for delivery in event.deliveries.iter().filter_map(|d| state.deliveries.get(d)) {
+            let reason = match delivery.state {
+                s if !s.is_terminal() => Some("not settled"),
+                DeliveryState::Delivered if !body.include_delivered => Some("delivered"),
+                _ => match state.endpoints.get(&delivery.endpoint_id) {
+                    None => Some("endpoint deleted"),
+                    Some(e) if e.disabled => Some("endpoint disabled"),
+                    Some(_) => None,
+                },
+            };
+            match reason {
+                Some(reason) => skipped.push(json!({"id": delivery.id, "reason": reason})),
+                None => chosen.push(delivery.id),
+            }
+        }
+        (chosen, skipped)
+    };
+    let mut replayed = Vec::with_capacity(chosen.len());
+    if !chosen.is_empty() {
+        let now_ms = ctx.clock.wall_ms();
+        let commands = chosen.iter().map(|d| Command::Replay { now_ms, target: ReplayTarget::Delivery(*d) }).collect();
+        let Response::Batch(answers) = commit(&ctx, Command::Batch(commands)).await? else {
+            return Err(Problem::internal("a batch answered otherwise"));
+        };
+        // Each one may have changed since it was read: say which went.
+        for (delivery, answer) in chosen.iter().zip(answers) {
+            match answer {
+                Response::Replayed { .. } => replayed.push(json!(delivery)),
+                Response::NotFound { what } => skipped.push(json!({"id": delivery, "reason": format!("no {what}")})),
+                Response::Conflict { detail } => skipped.push(json!({"id": delivery, "reason": detail})),
+                other => skipped.push(json!({"id": delivery, "reason": format!("{other:?}")})),
+            }
+        }
+    }
+    Ok((StatusCode::ACCEPTED, axum::Json(json!({"event_id": id, "replayed": replayed, "skipped": skipped}))))
+}
