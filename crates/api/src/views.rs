@@ -52,6 +52,8 @@ pub fn endpoint(e: &Endpoint) -> Value {
         "ordering": match e.ordering { Ordering::None => "none", Ordering::PerKey { .. } => "per_key" },
         "on_dead": e.ordering.on_dead().map(|d| match d { OnDead::Block => "block", OnDead::Skip => "skip" }),
         "sources": e.sources,
+        "disable_after_s": e.disable_after_s,
+        "failing_since": opt_ts(e.failing_since_ms),
         "created_at": ts(e.created_at_ms),
         "updated_at": ts(e.updated_at_ms),
     })

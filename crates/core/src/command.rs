@@ -156,6 +156,13 @@ pub enum Command {
         sources: Vec<SourceId>,
         now_ms: u64,
     },
+    /// Sets how long an endpoint may fail every attempt before it is
+    /// disabled (0: never).
+    SetDisableAfter {
+        id: EndpointId,
+        disable_after_s: u64,
+        now_ms: u64,
+    },
 }
 
 /// Changes to a source; `None` leaves a setting as it is. Its scheme and

@@ -20,6 +20,10 @@ pub const MAX_IN_FLIGHT_DEFAULT: u32 = 10;
 pub const MAX_IN_FLIGHT_LIMIT: u32 = 1_000;
 /// Default per-attempt timeout.
 pub const TIMEOUT_MS_DEFAULT: u32 = 15_000;
+/// Default time an endpoint may fail every attempt before it is disabled.
+pub const DISABLE_AFTER_S_DEFAULT: u64 = 5 * 24 * 3_600;
+/// Longest `disable_after_s` an endpoint may ask for (0 turns it off).
+pub const DISABLE_AFTER_S_MAX: u64 = 90 * 24 * 3_600;
 /// Longest per-attempt timeout an endpoint may ask for.
 pub const TIMEOUT_MS_MAX: u32 = 30_000;
 /// Shortest per-attempt timeout an endpoint may ask for.
@@ -69,6 +73,12 @@ pub struct Endpoint {
     /// The inbound sources whose events it receives. Empty: it receives
     /// the producers' events; else only those sources' events.
     pub sources: Vec<crate::ids::SourceId>,
+    /// How long every attempt may fail before the endpoint is disabled
+    /// (auto-disable, `state/health.rs`); 0: never.
+    pub disable_after_s: u64,
+    /// When the first of the failed attempts since its last success was
+    /// recorded; `None` after a success (or none yet).
+    pub failing_since_ms: Option<u64>,
 }
 
 /// Whether an endpoint delivers the events of one key in order.
@@ -122,6 +132,8 @@ impl Endpoint {
             updated_at_ms: now_ms,
             ordering: Ordering::None,
             sources: Vec::new(),
+            disable_after_s: DISABLE_AFTER_S_DEFAULT,
+            failing_since_ms: None,
         }
     }
 

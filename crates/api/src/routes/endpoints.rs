@@ -11,7 +11,9 @@ use axum::routing::{get, post};
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, EndpointPatch, ReplayTarget, Response};
 use hookraft_core::ids::{DeliveryId, EndpointId, IdParseError, SourceId};
-use hookraft_core::model::{Endpoint, MAX_IN_FLIGHT_DEFAULT, Ordering, TIMEOUT_MS_DEFAULT};
+use hookraft_core::model::{
+    DISABLE_AFTER_S_DEFAULT, DISABLE_AFTER_S_MAX, Endpoint, MAX_IN_FLIGHT_DEFAULT, Ordering, TIMEOUT_MS_DEFAULT,
+};
 use hookraft_core::ordering::OnDead;
 use hookraft_core::signing::Secret;
 use hookraft_core::state::{ENDPOINT_SOURCES_MAX, REPLAY_BATCH_MAX};
@@ -49,6 +51,17 @@ struct CreateEndpoint {
     ordering: Option<String>,
     on_dead: Option<String>,
     sources: Option<Vec<String>>,
+    disable_after_s: Option<u64>,
+}
+
+/// `disable_after_s`: 0 (never) to [`DISABLE_AFTER_S_MAX`].
+fn disable_after(seconds: u64) -> ApiResult<u64> {
+    if seconds > DISABLE_AFTER_S_MAX {
+        return Err(Problem::invalid(format!(
+            "disable_after_s may be at most {DISABLE_AFTER_S_MAX} (0 never disables)"
+        )));
+    }
+    Ok(seconds)
 }
 
 /// The sources an endpoint is to receive from: known ids, each once, at
@@ -121,6 +134,7 @@ async fn create(
         retry: body.retry.unwrap_or_default().into_policy()?,
         ordering: ordering_of(body.ordering.as_deref(), body.on_dead.as_deref(), Ordering::None)?,
         sources: sources_of(&ctx, body.sources.as_deref().unwrap_or_default())?,
+        disable_after_s: disable_after(body.disable_after_s.unwrap_or(DISABLE_AFTER_S_DEFAULT))?,
         ..Endpoint::new(id, url, secret, now_ms)
     };
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
@@ -161,6 +175,7 @@ struct PatchEndpoint {
     ordering: Option<String>,
     on_dead: Option<String>,
     sources: Option<Vec<String>>,
+    disable_after_s: Option<u64>,
 }
 
 async fn update(
@@ -189,6 +204,7 @@ async fn update(
         disabled: body.disabled,
     };
     let sources = body.sources.as_deref().map(|ids| sources_of(&ctx, ids)).transpose()?;
+    let disable_after_s = body.disable_after_s.map(disable_after).transpose()?;
     let now_ms = ctx.clock.wall_ms();
     let mut commands = vec![Command::UpdateEndpoint { id, patch, now_ms }];
     if ordering != current {
@@ -196,6 +212,9 @@ async fn update(
     }
     if let Some(sources) = sources {
         commands.push(Command::SetEndpointSources { id, sources, now_ms });
+    }
+    if let Some(disable_after_s) = disable_after_s {
+        commands.push(Command::SetDisableAfter { id, disable_after_s, now_ms });
     }
     // One entry: every change together or none.
     let command = if commands.len() == 1 { commands.remove(0) } else { Command::Batch(commands) };

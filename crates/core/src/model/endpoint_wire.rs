@@ -1,6 +1,7 @@
 //! The encoded form of an [`Endpoint`], a tagged layout (`crate::tagged`):
 //! the first layout was the endpoint's fields from `id` to
-//! `updated_at_ms`; the second added `ordering`, the third `sources`.
+//! `updated_at_ms`; the second added `ordering`, the third `sources`, the
+//! fourth `disable_after_s` and `failing_since_ms`.
 
 use serde::de::{self, SeqAccess};
 use serde::ser::SerializeTuple;
@@ -71,16 +72,19 @@ impl Rest {
             updated_at_ms: self.updated_at_ms,
             ordering,
             sources: Vec::new(),
+            disable_after_s: super::DISABLE_AFTER_S_DEFAULT,
+            failing_since_ms: None,
         }
     }
 }
 
 impl Tagged for Endpoint {
     const WHAT: &'static str = "an endpoint";
-    /// The first layout's fields, then `ordering`, then `sources`.
-    const VERSION: u8 = 3;
-    /// Tag, version, id, the rest, ordering, sources.
-    const ELEMENTS: usize = 6;
+    /// The first layout's fields, then `ordering`, `sources`,
+    /// `disable_after_s`, `failing_since_ms`.
+    const VERSION: u8 = 4;
+    /// Tag, version, id, the rest, ordering, sources, disable after, failing since.
+    const ELEMENTS: usize = 8;
 
     fn read_first<'de, A: SeqAccess<'de>>(first: String, e: &mut Elements<A>) -> Result<Self, A::Error> {
         let id = EndpointId::parse(&first).map_err(de::Error::custom)?;
@@ -93,6 +97,10 @@ impl Tagged for Endpoint {
         let mut endpoint = rest.into_endpoint(id, e.next()?);
         if version >= 3 {
             endpoint.sources = e.next()?;
+        }
+        if version >= 4 {
+            endpoint.disable_after_s = e.next()?;
+            endpoint.failing_since_ms = e.next()?;
         }
         Ok(endpoint)
     }
@@ -107,6 +115,8 @@ impl Serialize for Endpoint {
         tuple.serialize_element(&Rest::of(self))?;
         tuple.serialize_element(&self.ordering)?;
         tuple.serialize_element(&self.sources)?;
+        tuple.serialize_element(&self.disable_after_s)?;
+        tuple.serialize_element(&self.failing_since_ms)?;
         tuple.end()
     }
 }
@@ -152,6 +162,20 @@ mod tests {
         let e = Endpoint { ordering: Ordering::PerKey { on_dead: OnDead::Block }, ..endpoint() };
         let old = bincode_of(&(tagged::TAG, 2u8, e.id, Rest::of(&e), e.ordering));
         assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn an_endpoint_of_the_third_layout_decodes_with_the_default_auto_disable() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let e = Endpoint { sources: vec![crate::ids::SourceId::generate(1, &mut rng)], ..endpoint() };
+        let old = bincode_of(&(tagged::TAG, 3u8, e.id, Rest::of(&e), e.ordering, &e.sources));
+        assert_eq!(from_bincode(&old), Ok(e));
+    }
+
+    #[test]
+    fn the_current_layout_round_trips_with_its_failing_time() {
+        let e = Endpoint { disable_after_s: 60, failing_since_ms: Some(7), ..endpoint() };
+        assert_eq!(from_bincode(&bincode_of(&e)), Ok(e));
     }
 
     #[test]

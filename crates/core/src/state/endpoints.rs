@@ -64,6 +64,8 @@ impl ClusterState {
             endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_string());
             if !disabled {
                 endpoint.breaker = Default::default();
+                // Enabled again: its failing time starts over.
+                endpoint.failing_since_ms = None;
             }
         }
         endpoint.updated_at_ms = now_ms;

@@ -10,6 +10,7 @@
 mod cluster;
 mod endpoints;
 mod fanout;
+mod health;
 mod ingest;
 mod ordered;
 mod outcomes;
@@ -306,6 +307,9 @@ impl ClusterState {
                 self.rotate_source_secret(id, secret, *grace_until_ms, *now_ms)
             }
             Command::SetEndpointSources { id, sources, now_ms } => self.set_endpoint_sources(id, sources, *now_ms),
+            Command::SetDisableAfter { id, disable_after_s, now_ms } => {
+                self.set_disable_after(id, *disable_after_s, *now_ms)
+            }
         }
     }
 

@@ -63,6 +63,7 @@ impl ClusterState {
                         // A success reached a dead delivery: it is delivered now.
                         self.index_dead(&outcome.delivery_id, &endpoint_id, false);
                         self.note_if_delivered(&outcome.delivery_id);
+                        self.note_health(&endpoint_id, outcome, now_ms);
                     }
                     return verdict;
                 }
@@ -86,6 +87,7 @@ impl ClusterState {
         if gone {
             self.dead_letter_active(&endpoint_id, "endpoint disabled after 410 Gone", now_ms);
         }
+        self.note_health(&endpoint_id, outcome, now_ms);
         self.note_if_delivered(&delivery_id);
         Verdict::Applied
     }

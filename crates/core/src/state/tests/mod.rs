@@ -7,6 +7,7 @@
 
 mod cluster;
 mod encoding;
+mod health;
 mod ingest;
 mod ordered;
 mod outcomes;
