@@ -4,9 +4,9 @@
 
 use hookraft_tests::{
     DEADLINE, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestNode, assert_problem, eventually,
-    register_endpoint, send_event, wait_delivery_state,
+    register_endpoint, send_event, verify_request, wait_delivery_state,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_failing_for_its_limit_is_disabled_and_comes_back_with_one_call() {
@@ -16,6 +16,11 @@ async fn an_endpoint_failing_for_its_limit_is_disabled_and_comes_back_with_one_c
     let retry = json!({"attempts_max": 100, "base_ms": 100, "cap_ms": 300, "max_age_s": 3600});
     let body = json!({"url": receiver.url("flaky"), "retry": retry, "disable_after_s": 2});
     let (endpoint, _) = register_endpoint(&node, &body).await;
+    // An operator's endpoint for hookraft's own events.
+    let ops_body = json!({"url": receiver.url("ops"), "sources": ["hookraft"], "event_types": ["endpoint.disabled", "endpoint.enabled"]});
+    let (ops, ops_secret) = register_endpoint(&node, &ops_body).await;
+    let (_, _, ops_view) = node.get_json(&format!("/v1/endpoints/{ops}")).await;
+    assert_eq!(ops_view["sources"], json!(["hookraft"]));
     let events: Vec<_> = post_events(&node, 3).await;
 
     let disabled = async || {
@@ -41,6 +46,24 @@ async fn an_endpoint_failing_for_its_limit_is_disabled_and_comes_back_with_one_c
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     for event in &events {
         wait_delivery_state(&node, &event.delivery_for(&endpoint), "delivered", DEADLINE).await;
+    }
+
+    // The operator's endpoint was told, with signed requests, once each.
+    let told = async || receiver.count("ops") >= 2;
+    eventually(DEADLINE, POLL_INTERVAL, "endpoint.disabled and endpoint.enabled delivered", told).await;
+    let requests = receiver.requests("ops");
+    let kinds: Vec<Value> = requests.iter().map(|r| r.body_json()["type"].clone()).collect();
+    assert_eq!(
+        kinds,
+        [json!("endpoint.disabled"), json!("endpoint.enabled")],
+        "the producers' events are not sent there"
+    );
+    let disabled_event = requests[0].body_json();
+    assert_eq!(disabled_event["data"]["endpoint_id"], json!(endpoint));
+    assert_eq!(disabled_event["data"]["dead_lettered"], json!(3), "{disabled_event}");
+    assert!(disabled_event["data"]["reason"].as_str().unwrap_or_default().starts_with("every attempt failed"));
+    for request in &requests {
+        verify_request(request, &[&ops_secret]).expect("signed like any delivery");
     }
 }
 

@@ -51,7 +51,11 @@ pub fn endpoint(e: &Endpoint) -> Value {
         "breaker": {"state": state, "open_until": opt_ts(e.breaker.open_until_ms())},
         "ordering": match e.ordering { Ordering::None => "none", Ordering::PerKey { .. } => "per_key" },
         "on_dead": e.ordering.on_dead().map(|d| match d { OnDead::Block => "block", OnDead::Skip => "skip" }),
-        "sources": e.sources,
+        "sources": e.sources.iter().map(|s| if *s == hookraft_core::ids::SourceId::OPERATIONAL {
+            crate::routes::endpoints::OPERATIONAL_SOURCE_NAME.to_string()
+        } else {
+            s.to_string()
+        }).collect::<Vec<_>>(),
         "disable_after_s": e.disable_after_s,
         "failing_since": opt_ts(e.failing_since_ms),
         "created_at": ts(e.created_at_ms),

@@ -169,7 +169,7 @@ macro_rules! prefixed_id {
                 Self::from_ulid(new_ulid(now_ms, rng))
             }
 
-            fn from_ulid(value: u128) -> Self {
+            const fn from_ulid(value: u128) -> Self {
                 Self(Ulid(value.to_be_bytes()))
             }
 
@@ -233,6 +233,25 @@ prefixed_id!(
     /// An inbound source: a provider whose webhooks hookraft receives.
     SourceId, "src_", "source"
 );
+
+impl SourceId {
+    /// hookraft itself, as the source of its operational events
+    /// (`state/operational.rs`); the API names it `hookraft`.
+    pub const OPERATIONAL: SourceId = SourceId::from_ulid(1);
+}
+
+impl EventId {
+    /// An id made at `now_ms` from `seed` rather than randomness: every
+    /// replica that applies the same command derives the same id (for
+    /// events the state emits itself).
+    pub fn derive(now_ms: u64, seed: &[u8]) -> Self {
+        let digest = Sha256::digest(seed);
+        let mut random = [0u8; 16];
+        random[6..].copy_from_slice(&digest[..10]);
+        let value = (u128::from(now_ms & ((1 << 48) - 1)) << 80) | u128::from_be_bytes(random);
+        Self::from_ulid(value)
+    }
+}
 
 impl DeliveryId {
     /// The id of the delivery of `event` to `endpoint`, derived so that every

@@ -34,6 +34,10 @@ impl ApplyObserver for SupervisorLink {
     /// The supervisor reads the state itself, outside the apply lock.
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
         self.route(state, command, response);
+        // Operational events the apply emitted (`endpoint.disabled`, ...).
+        if !state.emitted().is_empty() {
+            self.send(SupervisorMsg::Wake(group(state.emitted().iter())));
+        }
     }
 
     fn snapshot_installed(&self, _state: &ClusterState) {

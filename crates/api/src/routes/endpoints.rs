@@ -64,8 +64,11 @@ fn disable_after(seconds: u64) -> ApiResult<u64> {
     Ok(seconds)
 }
 
-/// The sources an endpoint is to receive from: known ids, each once, at
-/// most [`ENDPOINT_SOURCES_MAX`].
+/// What `sources` calls hookraft's own operational events.
+pub const OPERATIONAL_SOURCE_NAME: &str = "hookraft";
+
+/// The sources an endpoint is to receive from: known ids (or `hookraft`),
+/// each once, at most [`ENDPOINT_SOURCES_MAX`].
 fn sources_of(ctx: &ApiContext, ids: &[String]) -> ApiResult<Vec<SourceId>> {
     if ids.len() > ENDPOINT_SOURCES_MAX {
         return Err(Problem::invalid(format!("sources may list at most {ENDPOINT_SOURCES_MAX} sources")));
@@ -73,6 +76,10 @@ fn sources_of(ctx: &ApiContext, ids: &[String]) -> ApiResult<Vec<SourceId>> {
     let mut sources = Vec::with_capacity(ids.len());
     let state = ctx.state.read();
     for id in ids {
+        if id == OPERATIONAL_SOURCE_NAME {
+            sources.push(SourceId::OPERATIONAL);
+            continue;
+        }
         let id: SourceId = id.parse().map_err(|e: IdParseError| Problem::invalid(format!("sources: {e}")))?;
         if !state.inbound.sources.contains_key(&id) {
             return Err(Problem::invalid(format!("sources: no source {id}")));

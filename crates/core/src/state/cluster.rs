@@ -1,6 +1,7 @@
 //! Node liveness and shard grants.
 
 use super::ClusterState;
+use super::operational::Kind;
 use crate::command::Response;
 use crate::ids::{NodeId, SHARD_COUNT, Shard};
 use crate::model::{NodeRecord, ShardGrant};
@@ -43,7 +44,22 @@ impl ClusterState {
     /// Revokes shards: each gets a new token and no owner (`next_owner` is
     /// where an operator wants it to go).
     pub(super) fn revoke_shards(&mut self, shards: &[(Shard, Option<NodeId>)], now_ms: u64) -> Response {
-        self.set_grants(shards.iter().map(|&(shard, next_owner)| (shard, None, next_owner)), now_ms)
+        // Owners whose lease has lapsed lose their shards because they are down.
+        let mut down: Vec<NodeId> = shards
+            .iter()
+            .filter_map(|&(shard, _)| self.shards.get(shard as usize).and_then(|g| g.owner))
+            .filter(|owner| self.nodes.get(owner).is_none_or(|n| n.live_until_ms <= now_ms))
+            .collect();
+        down.sort_unstable();
+        down.dedup();
+        let response = self.set_grants(shards.iter().map(|&(shard, next_owner)| (shard, None, next_owner)), now_ms);
+        if matches!(response, Response::ShardsAssigned { .. }) {
+            for node in down {
+                let data = format!("{{\"node_id\":{node}}}");
+                self.emit(Kind::NodeDown, &node.to_string(), &data, now_ms);
+            }
+        }
+        response
     }
 
     /// Grants shards, except one whose owner is another node that is live at
@@ -63,7 +79,20 @@ impl ClusterState {
             };
         let kept: Vec<(Shard, NodeId)> =
             grants.iter().copied().filter(|&(shard, node)| !revived(self, shard, node)).collect();
-        self.set_grants(kept.into_iter().map(|(shard, node)| (shard, Some(node), None)), now_ms)
+        let response = self.set_grants(kept.iter().map(|&(shard, node)| (shard, Some(node), None)), now_ms);
+        if let Response::ShardsAssigned { tokens } = &response
+            && !tokens.is_empty()
+        {
+            let moves: Vec<String> = kept
+                .iter()
+                .zip(tokens)
+                .map(|((shard, node), (_, token))| format!("{{\"shard\":{shard},\"owner\":{node},\"token\":{token}}}"))
+                .collect();
+            let data = format!("{{\"shards\":[{}]}}", moves.join(","));
+            let subject = tokens.iter().map(|(s, t)| format!("{s}:{t}")).collect::<Vec<_>>().join(",");
+            self.emit(Kind::ShardMoved, &subject, &data, now_ms);
+        }
+        response
     }
 
     /// Replaces each shard's grant under the next fencing token; refuses the

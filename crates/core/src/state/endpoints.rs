@@ -18,7 +18,7 @@ impl ClusterState {
         if self.endpoints.contains_key(&endpoint.id) {
             return Response::Conflict { detail: format!("endpoint {} already exists", endpoint.id) };
         }
-        if let Some(missing) = endpoint.sources.iter().find(|s| !self.inbound.sources.contains_key(s)) {
+        if let Some(missing) = endpoint.sources.iter().find(|s| !self.source_exists(s)) {
             return Response::NotFound { what: format!("source {missing}") };
         }
         self.endpoints.insert(endpoint.id, endpoint.clone());
@@ -59,6 +59,7 @@ impl ClusterState {
         if let Some(retry) = retry {
             endpoint.retry = retry;
         }
+        let was_disabled = endpoint.disabled;
         if let Some(disabled) = disabled {
             endpoint.disabled = disabled;
             endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_string());
@@ -73,7 +74,13 @@ impl ClusterState {
         // Its types or whether it is enabled may have changed.
         self.fanout.invalidate();
         if disabled {
+            let pending = self.active.get(id).map_or(0, |a| a.len());
             self.dead_letter_active(id, "endpoint disabled", now_ms);
+            if !was_disabled {
+                self.emit_disabled(id, "disabled by an operator", pending, now_ms);
+            }
+        } else if was_disabled {
+            self.emit_about(super::operational::Kind::EndpointEnabled, id, now_ms);
         }
         Response::Ok
     }

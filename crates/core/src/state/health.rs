@@ -64,7 +64,9 @@ impl ClusterState {
         endpoint.disabled_reason = Some(reason.clone());
         endpoint.updated_at_ms = now_ms;
         self.fanout.invalidate();
+        let pending = self.active.get(endpoint_id).map_or(0, |a| a.len());
         self.dead_letter_active(endpoint_id, &format!("endpoint disabled: {reason}"), now_ms);
+        self.emit_disabled(endpoint_id, &reason, pending, now_ms);
         true
     }
 

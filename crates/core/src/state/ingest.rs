@@ -14,7 +14,7 @@ impl ClusterState {
         Response::Ingested { results }
     }
 
-    fn ingest_one(&mut self, new: &NewEvent, now_ms: u64, received_by: Option<NodeId>) -> IngestResult {
+    pub(super) fn ingest_one(&mut self, new: &NewEvent, now_ms: u64, received_by: Option<NodeId>) -> IngestResult {
         if let Some(key) = &new.idempotency_key
             && let Some(existing) = self.idempotency.get(key.as_str())
         {

@@ -12,6 +12,7 @@ mod endpoints;
 mod fanout;
 mod health;
 mod ingest;
+mod operational;
 mod ordered;
 mod outcomes;
 mod prune;
@@ -106,6 +107,11 @@ pub struct ClusterState {
     /// (`state/sources.rs`, `state/stale.rs`). Encoded last: snapshots of
     /// the layouts before have none (`ClusterStateV1`, `ClusterStateV2`).
     pub inbound: InboundState,
+    /// Deliveries of the operational events the last apply emitted, for
+    /// the node to wake their actors (`state/operational.rs`). Not part of
+    /// the state: never encoded, never compared, empty in a clone.
+    #[serde(skip)]
+    emitted: operational::Emitted,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
@@ -193,6 +199,7 @@ impl From<Current> for ClusterState {
             ordered,
             numbered: BTreeMap::new(),
             inbound: encoded.inbound,
+            emitted: Default::default(),
         };
         state.recount_usage();
         state.numbered = state.counted_numbered();
@@ -269,6 +276,7 @@ impl Default for ClusterState {
             ordered: Default::default(),
             numbered: BTreeMap::new(),
             inbound: InboundState::default(),
+            emitted: Default::default(),
         }
     }
 }
@@ -276,6 +284,18 @@ impl Default for ClusterState {
 impl ClusterState {
     /// Applies one committed command.
     pub fn apply(&mut self, command: &Command) -> Response {
+        self.emitted.0.clear();
+        self.apply_command(command)
+    }
+
+    /// The deliveries of the operational events the last
+    /// [`apply`](Self::apply) emitted: not in its response, so whoever
+    /// wakes actors for new deliveries looks here too.
+    pub fn emitted(&self) -> &[(DeliveryId, EndpointId)] {
+        &self.emitted.0
+    }
+
+    fn apply_command(&mut self, command: &Command) -> Response {
         match command {
             Command::RegisterEndpoint { endpoint } => self.register_endpoint(endpoint),
             Command::UpdateEndpoint { id, patch, now_ms } => self.update_endpoint(id, patch, *now_ms),
@@ -292,7 +312,7 @@ impl ClusterState {
             Command::Noop => Response::Ok,
             Command::SetDraining { node_id, draining, now_ms } => self.set_draining(*node_id, *draining, *now_ms),
             Command::ForgetNode { node_id, now_ms } => self.forget_node(*node_id, *now_ms),
-            Command::Batch(commands) => Response::Batch(commands.iter().map(|c| self.apply(c)).collect()),
+            Command::Batch(commands) => Response::Batch(commands.iter().map(|c| self.apply_command(c)).collect()),
             Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
             Command::Prune { before_ms, max_events, .. } => self.prune(*before_ms, *max_events),
             Command::RewrapPayloads { now_ms, payloads } => self.rewrap(payloads, *now_ms),

@@ -1,6 +1,8 @@
 //! Recording attempt outcomes under fencing tokens.
 
 use super::ClusterState;
+use super::operational::Kind;
+use crate::breaker::BreakerStatus;
 use crate::command::{Outcome, Response};
 use crate::ids::NodeId;
 use crate::model::{Delivery, DeliveryState, OptionalMs, TimelineEntry};
@@ -73,8 +75,17 @@ impl ClusterState {
         let dead = matches!(outcome.decision, Decision::Dead { .. } | Decision::Gone);
         self.index_delivery(&delivery_id, &endpoint_id, still_active);
         self.index_dead(&delivery_id, &endpoint_id, dead);
+        let mut breaker_moved = None;
+        let mut disabled_now = false;
         if let Some(endpoint) = self.endpoints.get_mut(&endpoint_id) {
             if let Some(breaker) = &outcome.breaker {
+                let (before, after) = (endpoint.breaker.status(), breaker.status());
+                breaker_moved = match (before, after) {
+                    (BreakerStatus::Open, _) | (_, BreakerStatus::HalfOpen) => None,
+                    (_, BreakerStatus::Open) => Some(Kind::BreakerOpened),
+                    (BreakerStatus::HalfOpen, BreakerStatus::Closed) => Some(Kind::BreakerClosed),
+                    (BreakerStatus::Closed, BreakerStatus::Closed) => None,
+                };
                 endpoint.breaker = breaker.clone();
             }
             if gone && !endpoint.disabled {
@@ -82,10 +93,21 @@ impl ClusterState {
                 endpoint.disabled_reason = Some("the endpoint answered 410 Gone".into());
                 endpoint.updated_at_ms = now_ms;
                 self.fanout.invalidate();
+                disabled_now = true;
             }
         }
+        if let Decision::Dead { reason } = &outcome.decision {
+            self.emit_dead(&delivery_id, reason, now_ms);
+        }
+        if let Some(kind) = breaker_moved {
+            self.emit_about(kind, &endpoint_id, now_ms);
+        }
         if gone {
+            let pending = self.active.get(&endpoint_id).map_or(0, |a| a.len());
             self.dead_letter_active(&endpoint_id, "endpoint disabled after 410 Gone", now_ms);
+            if disabled_now {
+                self.emit_disabled(&endpoint_id, "the endpoint answered 410 Gone", pending, now_ms);
+            }
         }
         self.note_health(&endpoint_id, outcome, now_ms);
         self.note_if_delivered(&delivery_id);

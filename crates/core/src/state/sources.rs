@@ -27,6 +27,12 @@ fn not_found(id: &SourceId) -> Response {
 }
 
 impl ClusterState {
+    /// Whether an endpoint may receive from `id`: a registered source, or
+    /// hookraft's own operational events.
+    pub(super) fn source_exists(&self, id: &SourceId) -> bool {
+        *id == SourceId::OPERATIONAL || self.inbound.sources.contains_key(id)
+    }
+
     pub(super) fn create_source(&mut self, source: &Source) -> Response {
         let sources = &mut self.inbound.sources;
         if sources.contains_key(&source.id) {
@@ -106,7 +112,7 @@ impl ClusterState {
     }
 
     pub(super) fn set_endpoint_sources(&mut self, id: &EndpointId, sources: &[SourceId], now_ms: u64) -> Response {
-        if let Some(missing) = sources.iter().find(|s| !self.inbound.sources.contains_key(s)) {
+        if let Some(missing) = sources.iter().find(|s| !self.source_exists(s)) {
             return not_found(missing);
         }
         if sources.len() > ENDPOINT_SOURCES_MAX {

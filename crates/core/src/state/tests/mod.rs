@@ -9,6 +9,7 @@ mod cluster;
 mod encoding;
 mod health;
 mod ingest;
+mod operational;
 mod ordered;
 mod outcomes;
 mod prune;
