@@ -88,3 +88,29 @@ async fn bad_listing_and_replay_requests_are_refused_with_problems() {
     let bad = node.post_json(&format!("/v1/events/{}/replay", event.event_id), &json!({"all": true})).await;
     assert_problem(&bad, StatusCode::UNPROCESSABLE_ENTITY, "unknown field");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoints_stats_count_its_attempts_by_class_and_window() {
+    let receiver = ScriptedReceiver::start().await;
+    let node = TestNode::start().await;
+    let (endpoint, _) =
+        register_endpoint(&node, &json!({"url": receiver.url("hook"), "retry": fast_retry(), "max_in_flight": 1}))
+            .await;
+    for n in 0..3 {
+        receiver.push("hook", Reply::status(503)); // each event's first attempt
+        let event = send_event(&node, &json!({"type": "t", "payload": {"n": n}})).await;
+        wait_delivery_state(&node, &event.delivery_for(&endpoint), "delivered", DEADLINE).await;
+    }
+    let (status, _, stats) = node.get_json(&format!("/v1/endpoints/{endpoint}/stats")).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    for window in ["5m", "1h", "24h"] {
+        let counts = &stats["windows"][window];
+        assert_eq!(counts["attempts"], 6, "{window}: {stats}");
+        assert_eq!(counts["successes"], 3, "{window}: {stats}");
+        assert_eq!(counts["failures"]["server_5xx"], 3, "{window}: {stats}");
+        assert_eq!(counts["success_rate"], 0.5, "{window}: {stats}");
+        assert!(counts["latency_ms"]["p99"].is_u64(), "{window}: {stats}");
+    }
+    let missing = node.get_json("/v1/endpoints/ep_01ARZ3NDEKTSV4RRFFQ69G5FAV/stats").await;
+    assert_problem(&missing, StatusCode::NOT_FOUND, "unknown endpoint");
+}

@@ -36,6 +36,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(routes::endpoints::router())
         .merge(routes::events::router())
         .merge(routes::event_history::router())
+        .merge(routes::endpoint_stats::router())
         .merge(routes::deliveries::router())
         .merge(routes::cluster::router())
         .merge(routes::payloads::router())

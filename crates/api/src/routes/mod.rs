@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod deliveries;
+pub mod endpoint_stats;
 pub mod endpoints;
 pub mod event_history;
 pub mod events;

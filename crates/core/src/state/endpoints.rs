@@ -93,6 +93,7 @@ impl ClusterState {
         }
         self.dead_letter_active(id, "endpoint deleted", now_ms);
         self.endpoints.remove(id);
+        self.stats.forget(id);
         self.forget_ordered_endpoint(id);
         self.fanout.invalidate();
         Response::Ok

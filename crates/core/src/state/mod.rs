@@ -20,6 +20,7 @@ mod replay;
 mod rewrap;
 mod sources;
 mod stale;
+pub mod stats;
 mod usage;
 
 use std::collections::BTreeMap;
@@ -112,6 +113,10 @@ pub struct ClusterState {
     /// the state: never encoded, never compared, empty in a clone.
     #[serde(skip)]
     emitted: operational::Emitted,
+    /// Each endpoint's recent attempts, counted by apply: derived, local
+    /// to this node, never encoded or compared (`state/stats.rs`).
+    #[serde(skip)]
+    stats: stats::Stats,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
@@ -200,6 +205,7 @@ impl From<Current> for ClusterState {
             numbered: BTreeMap::new(),
             inbound: encoded.inbound,
             emitted: Default::default(),
+            stats: Default::default(),
         };
         state.recount_usage();
         state.numbered = state.counted_numbered();
@@ -277,6 +283,7 @@ impl Default for ClusterState {
             numbered: BTreeMap::new(),
             inbound: InboundState::default(),
             emitted: Default::default(),
+            stats: Default::default(),
         }
     }
 }
@@ -293,6 +300,11 @@ impl ClusterState {
     /// wakes actors for new deliveries looks here too.
     pub fn emitted(&self) -> &[(DeliveryId, EndpointId)] {
         &self.emitted.0
+    }
+
+    /// `endpoint`'s recent attempts as this node counted them.
+    pub fn endpoint_stats(&self, endpoint: &EndpointId) -> Option<&stats::EndpointStats> {
+        self.stats.of(endpoint)
     }
 
     fn apply_command(&mut self, command: &Command) -> Response {

@@ -110,6 +110,9 @@ impl ClusterState {
             }
         }
         self.note_health(&endpoint_id, outcome, now_ms);
+        if !matches!(outcome.decision, Decision::Deferred { .. } | Decision::IgnoredStale { .. }) {
+            self.stats.record(&endpoint_id, &outcome.attempt, now_ms);
+        }
         self.note_if_delivered(&delivery_id);
         Verdict::Applied
     }

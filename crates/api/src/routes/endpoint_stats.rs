@@ -1,0 +1,62 @@
+//! `GET /v1/endpoints/{id}/stats`: an endpoint's recent attempts, by
+//! window, as this node counted them from the outcomes it applied
+//! (`hookraft_core::state::stats`).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use hookraft_core::ids::EndpointId;
+use hookraft_core::state::stats::Counts;
+use serde_json::{Value, json};
+
+use super::parse_id;
+use crate::context::ApiContext;
+use crate::problem::{ApiResult, Problem};
+
+/// The windows reported, by name and length.
+pub const WINDOWS: [(&str, u64); 3] = [("5m", 300_000), ("1h", 3_600_000), ("24h", 86_400_000)];
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/v1/endpoints/{id}/stats", get(stats))
+}
+
+fn counts_view(counts: &Counts) -> Value {
+    let rate = (counts.attempts > 0).then(|| counts.successes as f64 / counts.attempts as f64);
+    json!({
+        "attempts": counts.attempts,
+        "successes": counts.successes,
+        "success_rate": rate,
+        "failures": {
+            "client_4xx": counts.client_errors,
+            "server_5xx": counts.server_errors,
+            "timeout": counts.timeouts,
+            "connect": counts.connect_errors,
+            "other": counts.other_errors,
+        },
+        // The upper bound of the histogram bucket each quantile falls in;
+        // null without attempts or past the last bound (30 s).
+        "latency_ms": {
+            "p50": counts.latency_quantile_ms(0.5),
+            "p90": counts.latency_quantile_ms(0.9),
+            "p99": counts.latency_quantile_ms(0.99),
+        },
+    })
+}
+
+async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+    let id: EndpointId = parse_id(&id)?;
+    let now_ms = ctx.clock.wall_ms();
+    let state = ctx.state.read();
+    if !state.endpoints.contains_key(&id) {
+        return Err(Problem::not_found(format!("no endpoint {id}")));
+    }
+    let stats = state.endpoint_stats(&id);
+    let mut windows = serde_json::Map::new();
+    for (name, length_ms) in WINDOWS {
+        let counts = stats.map(|s| s.window(now_ms, length_ms)).unwrap_or_default();
+        windows.insert(name.to_string(), counts_view(&counts));
+    }
+    Ok(axum::Json(json!({"endpoint_id": id, "node_id": ctx.node_id, "windows": windows})))
+}
