@@ -10,7 +10,7 @@
 //!
 //! Status polls use a short per-request timeout and skip nodes that are
 //! killed or paused, so a poll never stalls on a node the test took down.
-//! [`shard_of_endpoint`] recomputes the endpoint → shard hash (DESIGN §5) so a
+//! [`shard_of_endpoint`] recomputes the endpoint → shard hash (ARCHITECTURE §5) so a
 //! test can pick endpoints by the node that owns them.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,12 +25,12 @@ use crate::api::str_field;
 use crate::node::{NodeOptions, TestNode};
 use crate::poll::wait_for;
 
-/// Shards endpoints are spread over (DESIGN §5).
+/// Shards endpoints are spread over (ARCHITECTURE §5).
 pub const SHARD_COUNT: u16 = 64;
 /// Lease the tests run with unless told otherwise: short, so failovers are quick.
 pub const LEASE_MS_DEFAULT: u64 = 2_000;
 /// How long past a node's expired liveness the leader waits before moving its
-/// shards (the clock-drift margin of DESIGN §5).
+/// shards (the clock-drift margin of ARCHITECTURE §5).
 pub const LIVENESS_MARGIN: Duration = Duration::from_secs(1);
 /// How long forming a cluster, electing a leader or settling the shard map may
 /// take. Generous: two cores, three nodes per test, tests in parallel.

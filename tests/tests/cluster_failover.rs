@@ -1,4 +1,4 @@
-//! Failover (DESIGN §5): a killed leader is replaced without losing an
+//! Failover (ARCHITECTURE §5): a killed leader is replaced without losing an
 //! acknowledged event; a killed or paused shard owner's endpoints move to a
 //! survivor under a higher fencing token, and a paused owner's late outcome
 //! is rejected as stale.
@@ -23,7 +23,7 @@ const DEADLINE: Duration = Duration::from_secs(120);
 /// What a failover may take beyond lease + margin on a loaded machine
 /// (rebalancer tick, commit of the grant, actor start, the attempt itself).
 const FAILOVER_SLACK: Duration = Duration::from_secs(15);
-/// Stale-outcome metric (DESIGN §5).
+/// Stale-outcome metric (ARCHITECTURE §5).
 const STALE_METRIC: &str = "hookraft_outcomes_rejected_stale_total";
 
 fn retry_quick() -> Value {

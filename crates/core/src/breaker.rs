@@ -32,7 +32,7 @@ use window::Window;
 /// The sliding window is cut into this many fixed time buckets.
 pub const WINDOW_BUCKETS: usize = 10;
 /// A half-open probe whose outcome has not arrived after this long is presumed
-/// lost. Twice the largest per-attempt timeout (DESIGN §6: 30 s).
+/// lost. Twice the largest per-attempt timeout (ARCHITECTURE §6.3: 30 s).
 pub const PROBE_LOST_AFTER_MS: u64 = 60_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

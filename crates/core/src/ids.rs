@@ -265,7 +265,7 @@ impl DeliveryId {
     }
 }
 
-/// Number of shards endpoints are spread over (DESIGN §5).
+/// Number of shards endpoints are spread over (ARCHITECTURE §5.1).
 pub const SHARD_COUNT: u16 = 64;
 
 /// A shard number, `0..SHARD_COUNT`.

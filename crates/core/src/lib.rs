@@ -13,7 +13,7 @@
 //! - [`model`]: endpoints, events, deliveries, timelines, shard grants.
 //! - [`inbound`]: sources of provider webhooks, their signatures and versions.
 //! - [`payload`]: stored payloads, clear or sealed, and the keyring.
-//! - [`ordering`]: the per-key queue of ordered delivery (not yet wired in).
+//! - [`ordering`]: the per-key queue of ordered delivery.
 //! - [`lifecycle`]: a delivery's lifecycle as the API shows it.
 //! - [`command`]: the replicated commands and their responses.
 //! - [`state`]: `ClusterState` and its deterministic `apply`.

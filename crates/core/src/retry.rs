@@ -13,7 +13,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeTuple, Serializer};
 use serde::{Deserialize, Serialize};
 
-/// Per-endpoint retry settings (DESIGN §6 defaults).
+/// Per-endpoint retry settings (ARCHITECTURE §6.4 defaults).
 ///
 /// Encoded (log, snapshots) in a tagged layout that also reads the layout
 /// written before `retry_after_max_ms` existed; see [`encoding`].

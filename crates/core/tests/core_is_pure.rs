@@ -1,4 +1,4 @@
-//! hookraft-core must stay pure (DESIGN §2): no runtime, network, storage,
+//! hookraft-core must stay pure (ARCHITECTURE §2): no runtime, network, storage,
 //! actor or consensus crate may enter its dependency tree. This walks the
 //! workspace's Cargo.lock from `hookraft-core` and fails if one does.
 

@@ -61,7 +61,7 @@ pub struct HttpTransport {
     /// Shared by all endpoints: pooled connections, one TLS configuration.
     client: reqwest::Client,
     /// When false, the SSRF guard refuses private, loopback and reserved
-    /// targets (DESIGN §10, `--allow-private-targets`).
+    /// targets (ARCHITECTURE §6.3, `--allow-private-targets`).
     allow_private: bool,
 }
 

@@ -1,4 +1,4 @@
-//! A node's configuration (DESIGN §10). The CLI fills it from flags and
+//! A node's configuration (ARCHITECTURE §2.2). The CLI fills it from flags and
 //! environment; tests and the simulator build it directly.
 
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ pub struct NodeConfig {
 /// Entries applied between two snapshots unless `--snapshot-every` says otherwise.
 pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = hookraft_raft::SNAPSHOT_EVERY_ENTRIES;
 
-/// Default lease (DESIGN §5).
+/// Default lease (ARCHITECTURE §5.2).
 pub const LEASE_MS_DEFAULT: u64 = 6_000;
 /// Default retention: a week, well past the default retry policy's 72 h.
 pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600 * 1_000;

@@ -1,4 +1,4 @@
-//! The node's `Io` bundle (DESIGN §9): everything through which a node
+//! The node's `Io` bundle (ARCHITECTURE §8.1): everything through which a node
 //! touches time, randomness, the webhook network and storage. Production
 //! code builds [`Io::production`]; the simulator builds its own.
 
@@ -53,7 +53,7 @@ pub enum Storage {
     Memory(hookraft_raft::MemDisk),
 }
 
-/// Time, randomness, the networks and storage of one node (DESIGN §9).
+/// Time, randomness, the networks and storage of one node (ARCHITECTURE §8.1).
 /// `N` is the Raft network: HTTP between processes in production, an
 /// in-memory network in the simulator.
 #[derive(Clone)]

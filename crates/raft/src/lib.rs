@@ -36,7 +36,7 @@
 //! - `group_commit` (private): sled's flushes, one at a time and shared by
 //!   every caller waiting (never sled's `flush_async`, which can hang).
 //!
-//! This crate owns the durability contract of DESIGN §1 ("accepted means
+//! This crate owns the durability contract of ARCHITECTURE §1 ("accepted means
 //! durable"): an entry is reported as appended only after the disk has
 //! flushed it (an fsync on sled).
 //! It must not decide anything about the domain: every state change goes

@@ -1,5 +1,5 @@
 //! [`MemDisk`]: an in-memory [`Disk`] that loses unflushed writes on a
-//! crash, for deterministic simulation (DESIGN §9, STACK trap 5).
+//! crash, for deterministic simulation (ARCHITECTURE §8.1, STACK trap 5).
 //!
 //! Every write lands in the live view at once (reads see it) and is also
 //! remembered as unflushed; [`KvTree::flush`] moves the unflushed writes into

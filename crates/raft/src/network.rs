@@ -1,9 +1,9 @@
 //! The Raft network of a single-member cluster, and openraft's config.
 //!
-//! [`SingleNodeNetwork`] is what a one-node cluster hands openraft: it has no
-//! peers, so every RPC fails as [`Unreachable`]. The node-to-node HTTP
-//! transport replaces it when clustering arrives (DESIGN §2: the `RaftNetwork`
-//! over the node-to-node RPC, every call with an explicit timeout).
+//! [`SingleNodeNetwork`] has no peers, so every RPC fails as
+//! [`Unreachable`]: the raft crate's own tests run a one-member Raft on it.
+//! Nodes use the node-to-node HTTP transport (`http_network`) even with one
+//! member, every call with an explicit timeout (ARCHITECTURE §2).
 //!
 //! [`raft_config`] holds the timing and snapshot settings every node uses.
 
@@ -70,7 +70,7 @@ pub fn raft_config_snapshotting_every(entries: u64) -> Config {
 }
 
 /// The network factory of a single-member cluster: its clients reach no
-/// one. The node-to-node HTTP transport arrives with clustering.
+/// one (tests of this crate; nodes use `http_network`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SingleNodeNetwork;
 

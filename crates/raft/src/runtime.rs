@@ -13,7 +13,7 @@
 //! multi-threaded tokio runtime openraft draws on whichever worker runs it.
 //!
 //! This module must not be used for anything but openraft's own draws: the
-//! rest of the node takes its randomness from its `Io` (DESIGN §9).
+//! rest of the node takes its randomness from its `Io` (ARCHITECTURE §8.1).
 
 use std::cell::RefCell;
 use std::fmt;

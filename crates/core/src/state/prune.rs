@@ -1,7 +1,7 @@
 //! Retention: forgetting events whose deliveries are all over.
 //!
 //! The leader proposes `Prune { before_ms, max_events }` from time to time
-//! (DESIGN §4); applying it removes, oldest first, up to `max_events` events
+//! (ARCHITECTURE §4.4); applying it removes, oldest first, up to `max_events` events
 //! received before `before_ms` whose every delivery is delivered or dead,
 //! with their deliveries and idempotency keys. An event with a delivery
 //! still pending or retrying, or dead and blocking its ordering key (under
