@@ -127,7 +127,7 @@ fn matches_any(
 /// Lowercase or uppercase hex to bytes; `None` for anything else.
 fn hex_decode(text: &str) -> Option<Vec<u8>> {
     let text = text.trim();
-    if text.is_empty() || text.len() % 2 != 0 || text.len() > 256 {
+    if text.is_empty() || !text.len().is_multiple_of(2) || text.len() > 256 {
         return None;
     }
     let digit = |b: u8| (b as char).to_digit(16);
