@@ -194,21 +194,32 @@ pub async fn call(
     body: Option<Value>,
     key: Option<&str>,
 ) -> Option<ApiAnswer> {
-    {
-        let mut request = Request::builder().method(method).uri(path);
-        if body.is_some() {
-            request = request.header("content-type", "application/json");
-        }
-        if let Some(key) = key {
-            request = request.header("idempotency-key", key);
-        }
-        let body = body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty);
-        let response = router.oneshot(request.body(body).ok()?).await.ok()?;
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 4 * 1024 * 1024).await.ok()?;
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Some(ApiAnswer { status, body })
+    let headers: Vec<(&str, String)> = key.map(|key| ("idempotency-key", key.to_string())).into_iter().collect();
+    call_raw(router, method, path, body.map(|b| b.to_string()), &headers).await
+}
+
+/// Calls a node's HTTP API with `body` as exactly these bytes (JSON) and
+/// `headers` besides: what a signed request needs.
+pub async fn call_raw(
+    router: axum::Router,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+    headers: &[(&str, String)],
+) -> Option<ApiAnswer> {
+    let mut request = Request::builder().method(method).uri(path);
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
     }
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let body = body.map(Body::from).unwrap_or_else(Body::empty);
+    let response = router.oneshot(request.body(body).ok()?).await.ok()?;
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 4 * 1024 * 1024).await.ok()?;
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Some(ApiAnswer { status, body })
 }
 
 /// Milliseconds of true time since `origin`.

@@ -9,6 +9,7 @@
 //! - [`receivers`]: scripted customer endpoints behind the `Transport` seam.
 //! - [`clock`]: per-node virtual clocks with bounded skew and drift.
 //! - [`workload`]: producers and an operator; the ledger of acknowledged events.
+//! - [`provider`]: inbound sources and a provider posting signed events to them.
 //! - [`faults`]: the seed's fault schedule.
 //! - [`keys`]: the payload keyring every node holds, and its rotation.
 //! - [`check`]: one module per invariant.
@@ -26,6 +27,7 @@ pub mod cluster;
 pub mod faults;
 pub mod keys;
 pub mod net;
+pub mod provider;
 pub mod receivers;
 pub mod trace;
 pub mod workload;
@@ -48,6 +50,8 @@ pub enum Break {
     SendSealed,
     /// Endpoint actors attempt an ordered delivery before its key's turn.
     Ordering,
+    /// The inbound ingress does not recognise a repeated provider event.
+    InboundDedupe,
 }
 
 impl Break {
@@ -60,16 +64,18 @@ impl Break {
             Break::PruneActive => "prune-active",
             Break::SendSealed => "send-sealed",
             Break::Ordering => "ordering",
+            Break::InboundDedupe => "inbound-dedupe",
         }
     }
 
-    pub const ALL: [Break; 6] = [
+    pub const ALL: [Break; 7] = [
         Break::Fencing,
         Break::AckBeforeCommit,
         Break::SplitBatch,
         Break::PruneActive,
         Break::SendSealed,
         Break::Ordering,
+        Break::InboundDedupe,
     ];
 }
 
@@ -98,6 +104,7 @@ fn set_break(broken: Option<Break>) -> anyhow::Result<()> {
     hookraft_core::breaks::set_prune_active(broken == Some(Break::PruneActive));
     hookraft_core::breaks::set_send_sealed(broken == Some(Break::SendSealed));
     hookraft_core::breaks::set_out_of_turn(broken == Some(Break::Ordering));
+    hookraft_core::breaks::set_inbound_dedupe(broken == Some(Break::InboundDedupe));
     Ok(())
 }
 

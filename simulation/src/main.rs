@@ -51,7 +51,8 @@ struct Args {
     #[arg(long)]
     no_keyring: bool,
     /// Deliberate bug: `fencing`, `ack-before-commit`, `split-batch`,
-    /// `prune-active`, `send-sealed` or `ordering` (needs `--features break`).
+    /// `prune-active`, `send-sealed`, `ordering` or `inbound-dedupe` (needs
+    /// `--features break`).
     #[arg(long, value_parser = parse_break)]
     r#break: Option<Break>,
 }
@@ -155,8 +156,9 @@ fn main() -> ExitCode {
                 Some(Kind::Liveness) => "liveness",
             };
             let o = &report.ordering;
+            let i = &report.inbound;
             println!(
-                "acked={} sends={} faults={:?} payloads={:?} ordered={{deliveries: {}, dead: {}, skipped: {}, restarted_keys: {}}} trace_lines={} virtual_ms={}",
+                "acked={} sends={} faults={:?} payloads={:?} ordered={{deliveries: {}, dead: {}, skipped: {}, restarted_keys: {}}} inbound={{provider_events: {}, posts: {}, answered: {}, repeats_answered: {}, recreated: {}, ignored_stale: {}}} trace_lines={} virtual_ms={}",
                 report.acked,
                 report.sends,
                 report.faults,
@@ -165,6 +167,12 @@ fn main() -> ExitCode {
                 o.dead,
                 o.skipped,
                 o.restarted,
+                i.posted,
+                i.posts,
+                i.answered,
+                i.repeats_answered,
+                i.recreated,
+                i.ignored_stale,
                 report.trace_lines,
                 report.virtual_ms
             );

@@ -7,6 +7,8 @@
 //! heads blocking their key or skipped), and most events carry one of a
 //! handful of ordering keys; the choices of ordering come from a generator
 //! of their own, so the rest of the workload draws what it drew before.
+//! A provider posts signed events to inbound sources besides
+//! ([`crate::provider`], with a generator of its own too).
 //! The ledger remembers every acknowledged event, the deliveries the
 //! acknowledgement named and the payload posted for it: what the "no
 //! acknowledged event is lost" checker owes, and what receivers must get.
@@ -22,6 +24,7 @@ use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, call};
+use crate::provider::{InboundPost, Provider};
 use crate::receivers::{Behavior, Receivers};
 use crate::trace::Trace;
 
@@ -40,6 +43,8 @@ pub struct SimEndpoint {
     pub event_types: Vec<String>,
     /// `Some`: ordered per key, and what a dead head does.
     pub ordering: Option<OnDead>,
+    /// The inbound sources it receives from; empty: the producers' events.
+    pub sources: Vec<String>,
 }
 
 /// What the workload knows for the checkers.
@@ -60,9 +65,12 @@ pub struct Ledger {
     pub offered: u64,
     pub gave_up: u64,
     pub requests: u64,
-    /// Producers still trying to get an event acknowledged: the run is not
-    /// settled while one may yet add to `acked`.
+    /// Producers (and the provider) still trying to get an event
+    /// acknowledged: the run is not settled while one may yet add to `acked`.
     pub in_flight: u64,
+    /// Every provider event posted to a source, by (source id, provider
+    /// event id); one acknowledged is also in `acked` and `payloads`.
+    pub inbound: BTreeMap<(String, String), InboundPost>,
 }
 
 /// The workload of one run.
@@ -77,6 +85,8 @@ pub struct Workload {
     /// (a partition, a crashed node), so their receivers heal like the rest.
     pub deleted: Vec<SimEndpoint>,
     pub ledger: Arc<Mutex<Ledger>>,
+    /// Inbound traffic: its sources, its endpoints, the provider.
+    pub provider: Provider,
     next_key: u64,
     /// Steps taken: the time of the workload, for keys used in turns.
     steps: u64,
@@ -146,6 +156,7 @@ impl Workload {
             endpoints: Vec::new(),
             deleted: Vec::new(),
             ledger: Arc::default(),
+            provider: Provider::new(seed, trace.clone()),
             next_key: 0,
             steps: 0,
             trace,
@@ -208,7 +219,9 @@ impl Workload {
                 .ok_or_else(|| anyhow::anyhow!("register endpoint: no answer"))?;
             let id = answer.body["id"].as_str().ok_or_else(|| anyhow::anyhow!("register endpoint: {}", answer.body))?;
             self.trace.record(format!("workload endpoint {id} {name} {behavior:?} ordering {ordering:?}"));
-            self.endpoints.push(SimEndpoint { id: id.to_string(), receiver: name, event_types: types, ordering });
+            let endpoint =
+                SimEndpoint { id: id.to_string(), receiver: name, event_types: types, ordering, sources: Vec::new() };
+            self.endpoints.push(endpoint);
         }
         Ok(())
     }
@@ -216,6 +229,7 @@ impl Workload {
     /// One step of the producers and the operator, at most a few requests.
     pub fn step(&mut self, cluster: &Cluster) {
         self.steps += 1;
+        self.provider.step(cluster, &self.ledger);
         if self.endpoints.is_empty() {
             return;
         }
@@ -387,11 +401,16 @@ impl Workload {
     /// endpoints it asked to delete too: the request may have failed.
     pub fn unblock(&self, via: Option<axum::Router>) {
         let Some(router) = via else { return };
-        let endpoints = self.endpoints.iter().chain(&self.deleted);
-        for endpoint in endpoints.filter(|e| e.ordering == Some(OnDead::Block)) {
+        for endpoint in self.all_endpoints().filter(|e| e.ordering == Some(OnDead::Block)) {
             let (router, endpoint, trace) = (router.clone(), endpoint.id.clone(), self.trace.clone());
             tokio::spawn(async move { skip_blocked_keys(router, &endpoint, usize::MAX, &trace).await });
         }
+    }
+
+    /// Every endpoint registered: the producers', those the operator asked
+    /// to delete, and those receiving from inbound sources.
+    pub fn all_endpoints(&self) -> impl Iterator<Item = &SimEndpoint> {
+        self.endpoints.iter().chain(&self.deleted).chain(&self.provider.endpoints)
     }
 
     fn replay_dead(&mut self, cluster: &Cluster) {
@@ -431,7 +450,7 @@ impl Workload {
     }
 }
 
-fn pick_node_with(rng: &mut StdRng, cluster: &Cluster) -> Option<NodeId> {
+pub(crate) fn pick_node_with(rng: &mut StdRng, cluster: &Cluster) -> Option<NodeId> {
     let up = cluster.up();
     (!up.is_empty()).then(|| up[rng.random_range(0..up.len())])
 }

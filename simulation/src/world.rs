@@ -76,6 +76,8 @@ pub struct Report {
     pub payload_keys: BTreeMap<String, u64>,
     /// What the run did with ordered delivery.
     pub ordering: check::ordering::OrderingCounts,
+    /// What the run did with inbound traffic.
+    pub inbound: check::inbound::InboundCounts,
 }
 
 impl Report {
@@ -160,6 +162,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     let mut workload = Workload::new(rng.random(), options.post_percent, trace.clone());
     let fault_end_ms = elapsed_ms(origin) + options.fault_phase_ms;
     workload.register(&cluster, &receivers, options.endpoints, fault_end_ms).await?;
+    workload.provider.setup(&cluster, &receivers, origin, fault_end_ms).await?;
     let mut faults = Faults::new(rng.random(), &options.shapes, trace.clone());
     let mut rotate_at_ms = keys.as_ref().and_then(|k| k.rotate_after_ms).map(|after| elapsed_ms(origin) + after);
 
@@ -181,7 +184,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     // the ones that answer 410 (their deliveries end dead-lettered).
     faults.expire(&mut cluster, elapsed_ms(origin), true).await?;
     cluster.net.heal();
-    for endpoint in workload.endpoints.iter().chain(&workload.deleted) {
+    for endpoint in workload.all_endpoints() {
         if receivers.behavior(&endpoint.receiver) != Some(Behavior::Gone) {
             receivers.set_behavior(&endpoint.receiver, Behavior::Healthy);
         }
@@ -222,7 +225,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     violations.extend(check::one_sender::check(&sends, 2 * SKEW_MS_MAX as u64 + 100));
     violations.extend(check::signatures::check(&sends));
     violations.extend(check::payloads::sent(&ledger, &sends));
-    let modes = workload.endpoints.iter().chain(&workload.deleted).map(|e| (e.receiver.clone(), e.ordering)).collect();
+    let modes = workload.all_endpoints().map(|e| (e.receiver.clone(), e.ordering)).collect();
     let sequences = tap.ordering.sequences();
     let ordering = check::ordering::counts(&sequences, &final_state, &pruned);
     trace.record(format!("ordering {ordering:?}"));
@@ -233,7 +236,18 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
     if let Some(earlier) = &earlier {
         violations.extend(check::timeline::check(earlier, &final_state, &pruned, &sends));
     }
-    violations.extend(check::liveness::check(&final_state, &workload.endpoints, &receivers, options.heal_phase_ms));
+    let inbound = check::inbound::counts(&ledger, &final_state, &pruned);
+    trace.record(format!("inbound {inbound:?}"));
+    violations.extend(check::inbound::check(
+        &ledger,
+        &states,
+        &final_state,
+        &pruned,
+        &workload.provider.endpoints,
+        &sends,
+    ));
+    let live: Vec<_> = workload.endpoints.iter().chain(&workload.provider.endpoints).cloned().collect();
+    violations.extend(check::liveness::check(&final_state, &live, &receivers, options.heal_phase_ms));
     for id in &ids {
         if let Some(node) = cluster.nodes.get_mut(id)
             && let Some(handle) = node.handle.take()
@@ -250,7 +264,7 @@ async fn drive(options: &Options, trace: &Trace, origin: Instant) -> anyhow::Res
         faults.injected.clone(),
         elapsed_ms(origin),
     );
-    Ok(Report { payload_keys, ordering, ..report })
+    Ok(Report { payload_keys, ordering, inbound, ..report })
 }
 
 fn finish(
@@ -276,6 +290,7 @@ fn finish(
         virtual_ms,
         payload_keys: BTreeMap::new(),
         ordering: Default::default(),
+        inbound: Default::default(),
     }
 }
 
@@ -291,8 +306,8 @@ async fn wait_until(bound_ms: u64, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-/// No producer is still trying, and every acknowledged delivery is
-/// terminal on the leader.
+/// No producer (nor the provider) is still trying, and every acknowledged
+/// delivery is terminal on the leader, inbound events' too.
 fn settled(cluster: &Cluster, workload: &Workload, pruned: &check::pruned::Pruned) -> bool {
     let Some(leader) = cluster.leader() else { return false };
     let ledger = workload.ledger.lock().unwrap_or_else(|p| p.into_inner());
@@ -306,7 +321,7 @@ fn settled(cluster: &Cluster, workload: &Workload, pruned: &check::pruned::Prune
                     .ok()
                     .and_then(|id| pruned.kept_or_pruned(state, &id))
                     .is_some_and(|d| d.state.is_terminal())
-            })
+            }) && check::inbound::settled(&ledger, state)
         })
         .unwrap_or(false)
 }

@@ -11,6 +11,7 @@ thread_local! {
     static PRUNE_ACTIVE: Cell<bool> = const { Cell::new(false) };
     static SEND_SEALED: Cell<bool> = const { Cell::new(false) };
     static OUT_OF_TURN: Cell<bool> = const { Cell::new(false) };
+    static INBOUND_DEDUPE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `--break fencing`: `apply` accepts outcomes whatever their token.
@@ -69,4 +70,15 @@ pub fn set_out_of_turn(on: bool) {
 
 pub fn out_of_turn() -> bool {
     OUT_OF_TURN.with(Cell::get)
+}
+
+/// `--break inbound-dedupe`: the inbound ingress makes each request's
+/// idempotency key its own, so a repeat of a provider event creates a
+/// second event.
+pub fn set_inbound_dedupe(on: bool) {
+    INBOUND_DEDUPE.with(|c| c.set(on));
+}
+
+pub fn inbound_dedupe() -> bool {
+    INBOUND_DEDUPE.with(Cell::get)
 }

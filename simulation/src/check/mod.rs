@@ -3,6 +3,7 @@
 
 pub mod batches;
 pub mod fencing;
+pub mod inbound;
 pub mod liveness;
 pub mod lost;
 pub mod one_sender;
@@ -24,6 +25,7 @@ pub struct Taps {
     pub fencing: fencing::FencingTap,
     pub pruned: pruned::PruneTap,
     pub ordering: ordering::OrderingTap,
+    pub inbound: inbound::InboundTap,
 }
 
 impl Taps {
@@ -32,6 +34,7 @@ impl Taps {
             fencing: fencing::FencingTap::new(trace.clone()),
             pruned: pruned::PruneTap::new(trace),
             ordering: ordering::OrderingTap::new(),
+            inbound: inbound::InboundTap::new(),
         }
     }
 
@@ -39,6 +42,7 @@ impl Taps {
         let mut found = self.fencing.violations();
         found.extend(self.pruned.violations());
         found.extend(self.ordering.violations());
+        found.extend(self.inbound.violations());
         found
     }
 }
@@ -48,6 +52,7 @@ impl ApplyObserver for Taps {
         self.fencing.applied(state, command, response);
         self.pruned.observe(state, command, response);
         self.ordering.observe(state, command, response);
+        self.inbound.observe(state, command, response);
     }
 }
 

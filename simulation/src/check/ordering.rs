@@ -13,18 +13,19 @@
 //! run, taking requests in the order they arrived:
 //! - a request for sequence s + 1 never arrives before a request for s was
 //!   answered 2xx, or s was dead-lettered and let its key go (under `skip`,
-//!   as soon as it was dead; under `block`, once an operator skipped it). A
+//!   as soon as it was dead; under `block`, once an operator skipped it),
+//!   or the stale guard ended s `ignored_stale` (an inbound event). A
 //!   request for a sequence already answered 2xx is a duplicate (a stale
 //!   owner's, or a retry after a lost answer) and allowed: delivery is at
 //!   least once;
 //! - the sequences answered 2xx are gap-free from 1, but for deliveries
-//!   that were dead-lettered;
+//!   that were dead-lettered or ignored as stale;
 //! - every request of an ordered delivery (an ordered endpoint, an event
 //!   posted with a key) carries its `webhook-sequence` and
 //!   `webhook-ordering-key`, as numbered and as posted, and every other
 //!   request neither.
 //!
-//! Whether a delivery was dead-lettered or skipped is read from its final
+//! Whether a delivery was dead-lettered, skipped or ignored is read from its final
 //! record (the state's, or as retention pruned it): its timeline keeps
 //! both, even after a replay.
 
@@ -196,25 +197,33 @@ struct Fate {
     dead: bool,
     /// An operator skipped it while it blocked its key.
     skipped: bool,
+    /// The stale guard ended it unsent (an inbound event whose entity had
+    /// a newer version delivered first): its key goes on, whatever the
+    /// endpoint's rule for the dead.
+    ignored: bool,
 }
 
 fn fate(delivery: Option<&Delivery>) -> Fate {
-    let Some(delivery) = delivery else { return Fate { dead: false, skipped: false } };
+    let Some(delivery) = delivery else { return Fate { dead: false, skipped: false, ignored: false } };
     // Entries a long timeline dropped may have held either: assume they did.
     let truncated = matches!(delivery.history.first(), Some(TimelineEntry::Truncated { .. }));
     let dead = truncated
         || delivery.state == DeliveryState::Dead
         || delivery.history.iter().any(|e| matches!(e, TimelineEntry::Dead { .. }));
     let skipped = truncated || delivery.history.iter().any(|e| matches!(e, TimelineEntry::Skipped { .. }));
-    Fate { dead, skipped }
+    let ignored = truncated
+        || delivery.state == DeliveryState::IgnoredStale
+        || delivery.history.iter().any(|e| matches!(e, TimelineEntry::IgnoredStale { .. }));
+    Fate { dead, skipped, ignored }
 }
 
-/// Whether a dead-lettered delivery of this fate lets its key go on.
+/// Whether a delivery of this fate, never answered 2xx, lets its key go on.
 fn lets_go(fate: Fate, on_dead: OnDead) -> bool {
-    match on_dead {
+    let released = match on_dead {
         OnDead::Skip => fate.dead,
         OnDead::Block => fate.skipped,
-    }
+    };
+    released || fate.ignored
 }
 
 /// Checks the requests receivers got against the order of their keys.
@@ -270,7 +279,7 @@ pub fn check(
                 continue;
             }
             let id = sequences.by_run.get(&(key.clone(), *run)).and_then(|s| s.get(&sequence));
-            if id.is_some_and(|id| fate(record(id)).dead) {
+            if id.is_some_and(|id| fate(record(id)).dead || fate(record(id)).ignored) {
                 continue;
             }
             wrong.push(format!(
@@ -490,6 +499,16 @@ mod tests {
         let sends = [world.send(1, 0, 503), world.send(2, 10, 200)];
         assert_eq!(world.check(&sends).len(), 1);
         world.set(1, DeliveryState::Dead, &[dead(), TimelineEntry::Skipped { at_ms: 5 }]);
+        assert!(world.check(&sends).is_empty(), "{:?}", world.check(&sends));
+    }
+
+    #[test]
+    fn a_head_ignored_as_stale_lets_its_key_go_and_leaves_no_gap() {
+        let mut world = World::new(3, OnDead::Block, DeliveryState::Delivered);
+        let ignored = TimelineEntry::IgnoredStale { at_ms: 5, newer: Box::new(event(3)) };
+        world.set(2, DeliveryState::IgnoredStale, &[ignored]);
+        // #2 never sent: #3 follows #1.
+        let sends = [world.send(1, 0, 200), world.send(3, 10, 200)];
         assert!(world.check(&sends).is_empty(), "{:?}", world.check(&sends));
     }
 

@@ -1,10 +1,10 @@
 //! Retention forgets only finished work: a `Prune`'s cut-off is at least
 //! the retention before the time it was proposed at, every event it
 //! removes was received before that cut-off, and every delivery it had is
-//! delivered or dead, and a prune removes nothing else. Checked on every
-//! node as it applies, from the records the apply took out (kept beside
-//! the state until the state machine drops them), independently of how
-//! `apply` chose them.
+//! delivered, dead or ignored as stale, and a prune removes nothing else.
+//! Checked on every node as it applies, from the records the apply took
+//! out (kept beside the state until the state machine drops them),
+//! independently of how `apply` chose them.
 //!
 //! The records it saw are kept: the other checkers look up an
 //! acknowledged event that is no longer in the state here, and accept its
@@ -15,6 +15,7 @@ use std::sync::Mutex;
 
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::{DeliveryId, EventId};
+use hookraft_core::inbound::Inbound;
 use hookraft_core::model::{Delivery, DeliveryState};
 use hookraft_core::state::ClusterState;
 
@@ -27,6 +28,9 @@ use crate::trace::Trace;
 pub struct PrunedEvent {
     pub received_at_ms: u64,
     pub idempotency_key: Option<String>,
+    /// What an inbound event carried (its source, provider id, entity key
+    /// and version).
+    pub inbound: Option<Box<Inbound>>,
     pub deliveries: BTreeMap<DeliveryId, Delivery>,
 }
 
@@ -166,7 +170,11 @@ impl PruneTap {
             for id in &event.deliveries {
                 match deliveries.remove(id) {
                     Some(delivery) => {
-                        if !matches!(delivery.state, DeliveryState::Delivered | DeliveryState::Dead) {
+                        let finished = matches!(
+                            delivery.state,
+                            DeliveryState::Delivered | DeliveryState::Dead | DeliveryState::IgnoredStale
+                        );
+                        if !finished {
                             found.push(Violation::safety(
                                 "pruned",
                                 format!(
@@ -191,6 +199,7 @@ impl PruneTap {
             let record = PrunedEvent {
                 received_at_ms: event.received_at_ms,
                 idempotency_key: event.idempotency_key.as_deref().map(str::to_owned),
+                inbound: event.inbound.clone(),
                 deliveries: kept,
             };
             events.insert(event.id, record);

@@ -112,6 +112,14 @@ async fn receive_inner(ctx: &ApiContext, id: &str, request: Request) -> ApiResul
         .map_err(|e| Problem::malformed(format!("the body is not JSON ({e}); sources accept JSON bodies")))?;
     let provider_event_id = provider_event_id(&source, &headers, &json)?;
     let key = Inbound::idempotency_key(&id, &provider_event_id);
+    #[cfg(feature = "break")]
+    let key = if hookraft_core::breaks::inbound_dedupe() {
+        // Deliberately wrong (simulator's `--break inbound-dedupe`): a key
+        // of this request alone, so a repeat is not recognised.
+        format!("{key}/{}", ctx.with_rng(|rng| rand::Rng::next_u64(rng)))
+    } else {
+        key
+    };
     if let Some(existing) = ctx.state.read().idempotency.get(key.as_str()).copied() {
         return Ok(duplicate(ctx, existing));
     }
