@@ -281,10 +281,9 @@ fn sweep_seed_537824074_tells_apart_attempts_that_share_a_start_time() {
 /// the retention, every delivery now ended) were committed in one log
 /// entry; the node's observer looks each outcome's delivery up in the
 /// state after the whole entry, found none, and woke no next head, which
-/// its actor had parked. Ignored until the observer finds the next heads
-/// another way.
+/// its actor had parked. The state now hands each key's new head to the
+/// node as the outcome is applied (`ClusterState::to_wake`).
 #[test]
-#[ignore = "fails: a key's next head is not woken when its predecessor's outcome and its prune share a log entry"]
 fn a_key_goes_on_when_its_settled_delivery_is_pruned_in_the_same_entry() {
     sweep_seed_over(80_273, &[]);
 }

@@ -34,9 +34,11 @@ impl ApplyObserver for SupervisorLink {
     /// The supervisor reads the state itself, outside the apply lock.
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
         self.route(state, command, response);
-        // Operational events the apply emitted (`endpoint.disabled`, ...).
-        if !state.emitted().is_empty() {
-            self.send(SupervisorMsg::Wake(group(state.emitted().iter())));
+        // What the apply made ready beyond its response: operational
+        // events' deliveries, and ordered keys' new heads (their actors
+        // parked them; a head still its key's, a retry, is not among them).
+        if !state.to_wake().is_empty() {
+            self.send(SupervisorMsg::Wake(group(state.to_wake().iter())));
         }
     }
 
@@ -53,24 +55,6 @@ impl SupervisorLink {
                 for (command, response) in commands.iter().zip(responses) {
                     self.route(state, command, response);
                 }
-            }
-            // An ordered delivery that settled lets its key's next one go:
-            // its actor parked it, so it is woken here. A delivery still
-            // its key's head (a retry) is not: its actor holds it, and a
-            // wake could queue it again while its next attempt is out.
-            (Command::RecordOutcomes { outcomes, .. }, Response::OutcomesApplied { applied, .. }) if *applied > 0 => {
-                let heads: Vec<(DeliveryId, EndpointId)> = outcomes
-                    .iter()
-                    .filter_map(|o| state.deliveries.get(&o.delivery_id))
-                    .filter(|d| d.sequence != 0)
-                    .filter_map(|d| Some((state.key_head(d).filter(|head| *head != d.id)?, d.endpoint_id)))
-                    .collect();
-                if !heads.is_empty() {
-                    self.send(SupervisorMsg::Wake(group(heads.iter())));
-                }
-            }
-            (Command::SkipBlocked { endpoint_id, .. }, Response::SkippedBlocked { next: Some(next), .. }) => {
-                self.send(SupervisorMsg::Wake(vec![(*endpoint_id, vec![*next])]))
             }
             (Command::SetOrdering { id, .. }, Response::Ok) => self.send(SupervisorMsg::EndpointChanged(*id)),
             (Command::IngestEvents { .. } | Command::IngestEventsFrom { .. }, Response::Ingested { results }) => {

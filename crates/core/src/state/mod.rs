@@ -108,11 +108,13 @@ pub struct ClusterState {
     /// (`state/sources.rs`, `state/stale.rs`). Encoded last: snapshots of
     /// the layouts before have none (`ClusterStateV1`, `ClusterStateV2`).
     pub inbound: InboundState,
-    /// Deliveries of the operational events the last apply emitted, for
-    /// the node to wake their actors (`state/operational.rs`). Not part of
-    /// the state: never encoded, never compared, empty in a clone.
+    /// Deliveries the last apply made ready that its response does not
+    /// name, for the node to wake their actors: those of the operational
+    /// events it emitted (`state/operational.rs`) and the ordered keys'
+    /// new heads (`state/ordered.rs`). Not part of the state: never
+    /// encoded, never compared, empty in a clone.
     #[serde(skip)]
-    emitted: operational::Emitted,
+    to_wake: operational::ToWake,
     /// Each endpoint's recent attempts, counted by apply: derived, local
     /// to this node, never encoded or compared (`state/stats.rs`).
     #[serde(skip)]
@@ -204,7 +206,7 @@ impl From<Current> for ClusterState {
             ordered,
             numbered: BTreeMap::new(),
             inbound: encoded.inbound,
-            emitted: Default::default(),
+            to_wake: Default::default(),
             stats: Default::default(),
         };
         state.recount_usage();
@@ -282,7 +284,7 @@ impl Default for ClusterState {
             ordered: Default::default(),
             numbered: BTreeMap::new(),
             inbound: InboundState::default(),
-            emitted: Default::default(),
+            to_wake: Default::default(),
             stats: Default::default(),
         }
     }
@@ -291,15 +293,16 @@ impl Default for ClusterState {
 impl ClusterState {
     /// Applies one committed command.
     pub fn apply(&mut self, command: &Command) -> Response {
-        self.emitted.0.clear();
+        self.to_wake.0.clear();
         self.apply_command(command)
     }
 
-    /// The deliveries of the operational events the last
-    /// [`apply`](Self::apply) emitted: not in its response, so whoever
-    /// wakes actors for new deliveries looks here too.
-    pub fn emitted(&self) -> &[(DeliveryId, EndpointId)] {
-        &self.emitted.0
+    /// The deliveries the last [`apply`](Self::apply) made ready that its
+    /// response does not name: operational events' deliveries, and
+    /// ordered keys' new heads (the delivery before settled, or was
+    /// skipped). Whoever wakes actors looks here too.
+    pub fn to_wake(&self) -> &[(DeliveryId, EndpointId)] {
+        &self.to_wake.0
     }
 
     /// `endpoint`'s recent attempts as this node counted them.

@@ -21,25 +21,25 @@ use crate::ids::{EndpointId, EventId, SourceId};
 use crate::inbound::Inbound;
 use crate::payload::Payload;
 
-/// Deliveries emitted by one apply; see `ClusterState::emitted`.
+/// Deliveries one apply made ready; see `ClusterState::to_wake`.
 #[derive(Default)]
-pub(super) struct Emitted(pub Vec<(DeliveryId, EndpointId)>);
+pub(super) struct ToWake(pub Vec<(DeliveryId, EndpointId)>);
 
-impl Clone for Emitted {
+impl Clone for ToWake {
     fn clone(&self) -> Self {
         Self::default()
     }
 }
 
-impl PartialEq for Emitted {
+impl PartialEq for ToWake {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl std::fmt::Debug for Emitted {
+impl std::fmt::Debug for ToWake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Emitted({})", self.0.len())
+        write!(f, "ToWake({})", self.0.len())
     }
 }
 
@@ -121,7 +121,7 @@ impl ClusterState {
         // An id already taken (the same kind and subject in one command) is
         // answered as a duplicate and emits nothing more.
         if let IngestResult::Created { deliveries, .. } = self.ingest_one(&event, now_ms, None) {
-            self.emitted.0.extend(deliveries);
+            self.to_wake.0.extend(deliveries);
         }
     }
 

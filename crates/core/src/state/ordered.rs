@@ -82,11 +82,23 @@ impl ClusterState {
     }
 
     /// Puts an ordered delivery where its record now says, after a change.
+    /// A key whose head it makes another delivery (the one before settled,
+    /// or was skipped) hands that head to the node to wake: its actor
+    /// parked it. Found here, in the apply that moved the key, rather than
+    /// after the whole entry: a `Prune` later in the same entry may take
+    /// out the settled delivery, and the key with it could not be found
+    /// from it any more (simulator, seed 80273).
     pub(super) fn place_ordered(&mut self, id: &DeliveryId) {
         let Some(delivery) = self.deliveries.get(id) else { return };
         if let Some((key, on_dead)) = key_of(delivery, &self.events, &self.endpoints) {
             let place = place_of(delivery, on_dead);
-            self.ordered.place(key, u64::from(delivery.sequence), *id, place);
+            let head_of = |state: &Self, key: &OrderKey| state.ordered.get(key).and_then(|k| k.head()).map(|(_, h)| h);
+            let before = head_of(self, &key);
+            self.ordered.place(key.clone(), u64::from(delivery.sequence), *id, place);
+            let after = head_of(self, &key);
+            if let Some(head) = after.filter(|head| after != before && head != id) {
+                self.to_wake.0.push((head, key.0));
+            }
         }
     }
 

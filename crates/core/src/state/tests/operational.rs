@@ -44,8 +44,8 @@ fn a_dead_delivery_and_a_disabled_endpoint_are_told_to_the_operational_endpoint(
     assert_eq!(kind, "delivery.dead");
     assert_eq!(payload["data"]["delivery_id"], id.to_string());
     assert_eq!(payload["data"]["reason"], "attempts \"exhausted\"");
-    assert_eq!(state.emitted().len(), 1, "its delivery is handed to the node to wake");
-    assert_eq!(state.emitted()[0].1, ops);
+    assert_eq!(state.to_wake().len(), 1, "its delivery is handed to the node to wake");
+    assert_eq!(state.to_wake()[0].1, ops);
 
     let patch = EndpointPatch { disabled: Some(true), ..Default::default() };
     state.apply(&Command::UpdateEndpoint { id: a, patch, now_ms: 20 });
@@ -54,7 +54,7 @@ fn a_dead_delivery_and_a_disabled_endpoint_are_told_to_the_operational_endpoint(
     let kinds: Vec<String> = emitted_events(&state).into_iter().map(|(k, _)| k).collect();
     assert_eq!(kinds, ["delivery.dead", "endpoint.disabled", "endpoint.enabled"]);
     assert_eq!(state.apply(&Command::Noop), Response::Ok);
-    assert!(state.emitted().is_empty(), "each apply hands over only its own");
+    assert!(state.to_wake().is_empty(), "each apply hands over only its own");
 }
 
 #[test]

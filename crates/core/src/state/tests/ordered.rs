@@ -238,3 +238,25 @@ fn listing_blocked_keys_walks_one_endpoint_in_bounded_steps() {
     let (page, next) = state.blocked_keys(&e.id, next.as_deref(), 2);
     assert_eq!((page.len(), next), (0, None), "e is not blocked; the other endpoint's keys are not looked at");
 }
+
+#[test]
+fn a_keys_new_head_is_handed_to_the_node_even_when_the_settled_one_is_pruned_in_the_same_entry() {
+    let mut rng = StdRng::seed_from_u64(80_273);
+    let ordered = ordered_endpoint(&mut rng, OnDead::Block);
+    let mut state = state_with(std::slice::from_ref(&ordered));
+    let created = ingest(&mut state, vec![keyed(&mut rng, Some("k")), keyed(&mut rng, Some("k"))]);
+    let (first, second) = (created[0], created[1]);
+    // A retry of the head moves nothing: its actor holds it.
+    settle(&mut state, &first, Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
+    assert!(state.to_wake().is_empty());
+    // The head delivered, and retention taking its event, in one entry.
+    let delivered = outcome(&state, &first, Some(200), Decision::Delivered);
+    let entry = Command::Batch(vec![
+        Command::RecordOutcomes { node_id: NODE, now_ms: 8_000, outcomes: vec![delivered] },
+        Command::Prune { now_ms: 8_000, before_ms: u64::MAX, max_events: 1 },
+    ]);
+    state.apply(&entry);
+    assert!(!state.deliveries.contains_key(&first), "pruned in the same entry");
+    assert_eq!(state.to_wake(), &[(second, ordered.id)], "the next of the key is woken");
+    assert!(state.may_attempt(&state.deliveries[&second]));
+}
