@@ -33,7 +33,7 @@ impl SupervisorLink {
 impl ApplyObserver for SupervisorLink {
     /// The supervisor reads the state itself, outside the apply lock.
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
-        self.route(state, command, response);
+        self.route(command, response);
         // What the apply made ready beyond its response: operational
         // events' deliveries, and ordered keys' new heads (their actors
         // parked them; a head still its key's, a retry, is not among them).
@@ -49,11 +49,11 @@ impl ApplyObserver for SupervisorLink {
 
 impl SupervisorLink {
     /// Sends what `command` means for the actors to the supervisor.
-    fn route(&self, state: &ClusterState, command: &Command, response: &Response) {
+    fn route(&self, command: &Command, response: &Response) {
         match (command, response) {
             (Command::Batch(commands), Response::Batch(responses)) => {
                 for (command, response) in commands.iter().zip(responses) {
-                    self.route(state, command, response);
+                    self.route(command, response);
                 }
             }
             (Command::SetOrdering { id, .. }, Response::Ok) => self.send(SupervisorMsg::EndpointChanged(*id)),
