@@ -21,7 +21,13 @@
 //! order per key (1,000 keys) or not, while the fleet refuses one first
 //! attempt in ten. For those the report adds the refused first attempts
 //! and, for `ordered`, how long deliveries waited behind their keys and
-//! the fleet's count of deliveries out of their key's order. With `--max-pending` or `--memory-budget` the nodes run
+//! the fleet's count of deliveries out of their key's order. `inbound`
+//! (`inbound.rs`) is the throughput scenario's endpoints taking the events
+//! of a Stripe source, each event a signed provider request to `POST
+//! /in/{source}` and `--provider-retry-percent` of them posted again: the
+//! report adds provider requests/s, the repeats answered as duplicates,
+//! and the node's CPU per request; a provider event accepted or delivered
+//! twice fails the run. With `--max-pending` or `--memory-budget` the nodes run
 //! with that ingest budget, and the report adds how they held at the cap:
 //! their memory there, the 503s while there, and whether ingest resumed
 //! after the drain (`--scenario backlog --events 100000 --max-pending
@@ -33,17 +39,22 @@
 //! ```
 //!
 //! It prints figures; it fails (exit 1) only when an expected delivery never
-//! arrives, or one of an ordered key arrives before the one before it was
-//! delivered, which would be a bug, not a slow run.
+//! arrives, one of an ordered key arrives before the one before it was
+//! delivered, or a provider event is accepted or delivered twice, which
+//! would be a bug, not a slow run.
 
 #![allow(clippy::disallowed_methods, reason = "a benchmark measures real time; the clock seam is for production code")]
 
 #[path = "hookraft_bench/deployment.rs"]
 mod deployment;
+#[path = "hookraft_bench/figures.rs"]
+mod figures;
 #[path = "hookraft_bench/fleet.rs"]
 mod fleet;
 #[path = "hookraft_bench/http1.rs"]
 mod http1;
+#[path = "hookraft_bench/inbound.rs"]
+mod inbound;
 #[path = "hookraft_bench/load.rs"]
 mod load;
 #[path = "hookraft_bench/ordered.rs"]
@@ -66,19 +77,18 @@ use clap::Parser;
 use hookraft_tests::{locate_hookraft_binary, register_endpoint};
 
 use deployment::Deployment;
+use figures::{budget_figures, cpu_percent, drain_backlog, inbound_figures, retry_figures, usage, wait_for_arrivals};
 use fleet::Fleet;
 use load::{Load, Progress};
-use report::{BacklogFigures, BenchUsage, BudgetFigures, NodeUsage, Quantiles, Report, RetryFigures};
+use report::{BenchUsage, Quantiles, Report};
 use scenario::Scenario;
 
 /// How often the progress line is printed and delivery progress is polled.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-/// How long the backlog scenario lets the owner settle before reading its memory.
-const BACKLOG_SETTLE: Duration = Duration::from_secs(5);
 const MIB: f64 = 1024.0 * 1024.0;
 
 #[derive(Debug, Parser)]
-#[command(name = "hookraft-bench", about = "Throughput, latency, isolation and backlog figures of hookraft")]
+#[command(name = "hookraft-bench", about = "Throughput, latency, isolation, backlog and inbound figures of hookraft")]
 struct Args {
     /// Scenarios to run, each on a fresh deployment.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "throughput")]
@@ -147,6 +157,11 @@ struct Args {
     /// file, the key from /dev/urandom) [default: payloads in clear].
     #[arg(long)]
     encrypt: bool,
+    /// Of `--scenario inbound`: the percentage of provider events posted a
+    /// second time (the same body, a fresh signature), as a provider does
+    /// that missed the answer; each must be answered as a duplicate.
+    #[arg(long, default_value_t = 10)]
+    provider_retry_percent: u32,
 }
 
 impl Args {
@@ -193,6 +208,11 @@ async fn main() -> Result<ExitCode> {
     ensure!(args.warmup_s >= 0.0 && args.warmup_s.is_finite(), "--warmup-s must be a number of seconds, 0 or more");
     ensure!(args.connections > 0 && args.nodes > 0, "connections and nodes must be positive");
     ensure!((1..=1_000).contains(&args.batch), "--batch must be 1 to 1,000 events per request");
+    ensure!(args.provider_retry_percent <= 100, "--provider-retry-percent must be 0 to 100");
+    ensure!(
+        args.batch == 1 || !args.scenario.contains(&Scenario::Inbound),
+        "--scenario inbound posts one provider event per request (a provider has no batch)"
+    );
     let bin = match args.bin.clone() {
         Some(bin) => bin,
         None => locate_hookraft_binary(),
@@ -234,13 +254,17 @@ async fn main() -> Result<ExitCode> {
     }
     let lost: usize = reports.iter().map(|r| r.lost).sum();
     let out_of_order: u64 = reports.iter().filter_map(|r| r.out_of_order).sum();
+    let twice: u64 = reports.iter().map(Report::provider_events_twice).sum();
     if lost > 0 {
         eprintln!("FAIL: {lost} expected deliveries never arrived");
     }
     if out_of_order > 0 {
         eprintln!("FAIL: {out_of_order} requests arrived before their key's previous sequence was delivered");
     }
-    if lost > 0 || out_of_order > 0 {
+    if twice > 0 {
+        eprintln!("FAIL: {twice} provider events were accepted or delivered more than once");
+    }
+    if lost > 0 || out_of_order > 0 || twice > 0 {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -288,9 +312,13 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let (fleet, fleet_url) = Fleet::start(origin, expected_arrivals).await?;
     let specs = scenario.endpoints();
     let registrar = deployment.registrar().await;
+    let source = if scenario.inbound() { Some(inbound::create_source(registrar).await?) } else { None };
     for spec in &specs {
         let mut body = spec.settings.clone();
         body["url"] = format!("{fleet_url}/{}/{}", spec.behaviour, spec.index).into();
+        if let Some(source) = &source {
+            body["sources"] = serde_json::json!([source]);
+        }
         register_endpoint(registrar, &body).await;
     }
 
@@ -298,7 +326,10 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let bench_before = procstat::sample(std::process::id());
     let machine_before = procstat::machine();
     let load = Arc::new(Load {
-        urls: deployment.event_urls(),
+        urls: match &source {
+            Some(source) => deployment.urls(&format!("/in/{source}")),
+            None => deployment.event_urls(),
+        },
         events,
         connections: args.connections,
         per_request: args.batch,
@@ -312,7 +343,18 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     let done = Arc::new(AtomicBool::new(false));
     let printer = tokio::spawn(print_progress(origin, progress.clone(), fleet.clone(), done.clone()));
     let ingest_started = origin.elapsed();
-    let (accepted, not_accepted) = load::run(load, progress.clone()).await?;
+    let (accepted, not_accepted, repeats) = match &source {
+        Some(_) => {
+            let signer = inbound::StripeSigner::new(inbound::STRIPE_SECRET);
+            let (accepted, failed, repeats) =
+                inbound::run(load, signer, args.provider_retry_percent, progress.clone()).await?;
+            (accepted, failed, Some(repeats))
+        }
+        None => {
+            let (accepted, failed) = load::run(load, progress.clone()).await?;
+            (accepted, failed, None)
+        }
+    };
     let ingest_s = (origin.elapsed() - ingest_started).as_secs_f64();
     let at_cap = deployment.samples();
 
@@ -346,11 +388,20 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         deployment.keep_logs(dir, scenario.name())?;
     }
     let measured_from = ingest_started + Duration::from_secs_f64(args.warmup_s);
+    // Every provider request's latency, repeats answered as duplicates included.
+    let repeated = repeats.as_ref().map_or(&[][..], |r| &r.answered[..]);
     let ingest_us = |from: Duration| {
-        let mut us: Vec<u64> = accepted.iter().filter(|a| a.due >= from).map(|a| report::micros(a.latency)).collect();
+        let firsts = accepted.iter().map(|a| (a.due, a.latency));
+        let all = firsts.chain(repeated.iter().copied()).filter(|&(due, _)| due >= from);
+        let mut us: Vec<u64> = all.map(|(_, latency)| report::micros(latency)).collect();
         us.sort_unstable();
         us
     };
+    let node_usage = usage(&before, &after, wall, accepted.len());
+    let inbound = repeats.as_ref().map(|r| {
+        let beyond = fleet.distinct().saturating_sub(delivered);
+        inbound_figures(args.provider_retry_percent, r, accepted.len(), ingest_s, beyond, &node_usage)
+    });
     let warmed_up = args.warmup_s > 0.0;
     let whole_run = |quantiles: Quantiles| warmed_up.then_some(quantiles);
     Ok(Report {
@@ -384,7 +435,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         lost: expected.len() - delivered,
         out_of_order: scenario.ordered().then(|| fleet.out_of_order()),
         unhealthy_requests: fleet.received_unhealthy.load(Ordering::Relaxed),
-        node_usage: usage(&before, &after, wall, accepted.len()),
+        node_usage,
         bench_usage: bench_before.zip(bench_after).map(|(start, end)| {
             let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
             BenchUsage { cpu_s, cpu_percent: cpu_percent(cpu_s, wall) }
@@ -393,107 +444,8 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         backlog,
         budget,
         retries,
+        inbound,
     })
-}
-
-/// What the fleet refused and measured of a scenario with retries, and
-/// the breakers the refusals opened.
-async fn retry_figures(scenario: Scenario, deployment: &Deployment, fleet: &Fleet) -> RetryFigures {
-    let opened = deployment.metric_sum("hookraft_breaker_transitions_total{to=\"open\"}").await;
-    let (waits, held) = scenario.ordered().then(|| fleet.key_waits_us()).unzip();
-    RetryFigures {
-        first_attempts_refused: fleet.first_attempts_refused.load(Ordering::Relaxed),
-        breakers_opened: opened.map(|n| n as u64),
-        key_wait_ms: waits.as_deref().map(Quantiles::of_sorted_us),
-        key_wait_samples: waits.as_ref().map(Vec::len),
-        key_wait_held_ms: held.as_deref().map(Quantiles::of_sorted_us),
-        key_wait_held_samples: held.as_ref().map(Vec::len),
-    }
-}
-
-/// How the nodes held at their budget's cap, and whether ingest resumed
-/// once everything accepted had arrived.
-async fn budget_figures(
-    args: &Args,
-    deployment: &Deployment,
-    progress: &Progress,
-    accepted: &[load::Accepted],
-    at_cap: &[(u64, Option<procstat::Sample>)],
-    event_type: fn(usize) -> String,
-) -> BudgetFigures {
-    let refused_requests = progress.refused_requests.load(Ordering::Relaxed);
-    let first = Duration::from_nanos(progress.first_refusal_ns.load(Ordering::Relaxed));
-    let last = Duration::from_nanos(progress.last_refusal_ns.load(Ordering::Relaxed));
-    let at_cap_s = last.saturating_sub(first).as_secs_f64();
-    // Requests accepted from the first refusal on (a batch's events share one).
-    let accepted_there = if refused_requests == 0 {
-        0
-    } else {
-        accepted.iter().filter(|a| a.due >= first).count().div_ceil(args.batch) as u64
-    };
-    let answered_there = refused_requests + accepted_there;
-    let url = &deployment.event_urls()[0];
-    let body = serde_json::json!({"type": event_type(usize::MAX), "payload": {"after": "drain"}});
-    let status_after_drain = match reqwest::Client::new().post(url).json(&body).send().await {
-        Ok(response) => response.status().as_u16(),
-        Err(error) => {
-            eprintln!("   (the event after the drain was not answered: {error})");
-            0
-        }
-    };
-    BudgetFigures {
-        max_pending: args.max_pending,
-        memory_budget: args.memory_budget.clone(),
-        refused_requests,
-        at_cap_s,
-        refused_per_s: refused_requests as f64 / at_cap_s.max(f64::EPSILON),
-        refused_share: refused_requests as f64 / answered_there.max(1) as f64,
-        rss_at_cap_mib: at_cap.first().and_then(|(_, s)| *s).map_or(0.0, |s| s.rss_bytes as f64 / MIB),
-        status_after_drain,
-    }
-}
-
-/// Reads the owner's memory with the backlog built, brings the endpoint
-/// back, and times the drain.
-async fn drain_backlog(
-    deployment: &Deployment,
-    fleet: &Fleet,
-    before: &[(u64, Option<procstat::Sample>)],
-    pending: usize,
-    args: &Args,
-    expected: usize,
-) -> BacklogFigures {
-    tokio::time::sleep(BACKLOG_SETTLE).await;
-    let built = deployment.samples();
-    let rss = |samples: &[(u64, Option<procstat::Sample>)]| samples.first().and_then(|(_, s)| *s).map(|s| s.rss_bytes);
-    let added = rss(&built).unwrap_or(0).saturating_sub(rss(before).unwrap_or(0)) as f64;
-    let per_pending = added / pending.max(1) as f64;
-    eprintln!("backlog built: {pending} pending, {:.0} MiB added; bringing the endpoint up", added / MIB);
-    let up = Instant::now();
-    fleet.bring_up();
-    // The breaker lets the next probe through only after its cooldown.
-    let deadline = Duration::from_secs(args.delivery_deadline_s);
-    wait_for_arrivals(fleet, 1, deadline).await;
-    let first = up.elapsed();
-    wait_for_arrivals(fleet, expected, deadline).await;
-    let drain_s = (up.elapsed() - first).as_secs_f64();
-    BacklogFigures {
-        pending,
-        rss_mib: rss(&built).unwrap_or(0) as f64 / MIB,
-        rss_bytes_per_pending: per_pending,
-        rss_bytes_per_pending_beyond_payload: per_pending - args.payload_bytes as f64,
-        first_delivery_after_up_s: first.as_secs_f64(),
-        drain_s,
-        drained_per_s: pending as f64 / drain_s.max(f64::EPSILON),
-    }
-}
-
-/// Waits until `expected` distinct deliveries reached healthy endpoints, or the deadline.
-async fn wait_for_arrivals(fleet: &Fleet, expected: usize, deadline: Duration) {
-    let started = Instant::now();
-    while fleet.distinct() < expected && started.elapsed() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fleet>, done: Arc<AtomicBool>) {
@@ -524,33 +476,4 @@ async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fle
         );
         (last_accepted, last_received, last_machine) = (accepted, received, machine);
     }
-}
-
-fn usage(
-    before: &[(u64, Option<procstat::Sample>)],
-    after: &[(u64, Option<procstat::Sample>)],
-    wall: Duration,
-    accepted: usize,
-) -> Vec<NodeUsage> {
-    after
-        .iter()
-        .filter_map(|(id, sample)| {
-            let end = (*sample)?;
-            let start = before.iter().find(|(b, _)| b == id).and_then(|(_, s)| *s).unwrap_or_default();
-            let cpu_s = end.cpu.saturating_sub(start.cpu).as_secs_f64();
-            Some(NodeUsage {
-                node_id: *id,
-                rss_mib: end.rss_bytes as f64 / MIB,
-                rss_peak_mib: end.rss_peak_bytes as f64 / MIB,
-                cpu_s,
-                cpu_percent: cpu_percent(cpu_s, wall),
-                cpu_us_per_event: 1e6 * cpu_s / accepted.max(1) as f64,
-            })
-        })
-        .collect()
-}
-
-/// CPU time over wall time, in percent of one core.
-fn cpu_percent(cpu_s: f64, wall: Duration) -> f64 {
-    100.0 * cpu_s / wall.as_secs_f64().max(f64::EPSILON)
 }

@@ -33,9 +33,14 @@ impl Deployment {
 
     /// `/v1/events` of every node.
     pub fn event_urls(&self) -> Vec<String> {
+        self.urls("/v1/events")
+    }
+
+    /// `path` on every node.
+    pub fn urls(&self, path: &str) -> Vec<String> {
         match self {
-            Deployment::Single(node) => vec![node.url("/v1/events")],
-            Deployment::Cluster(c) => c.base_urls().into_iter().map(|(_, base)| format!("{base}/v1/events")).collect(),
+            Deployment::Single(node) => vec![node.url(path)],
+            Deployment::Cluster(c) => c.base_urls().into_iter().map(|(_, base)| format!("{base}{path}")).collect(),
         }
     }
 

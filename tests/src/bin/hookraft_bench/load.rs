@@ -85,6 +85,20 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Counts a request a full budget refused, and when.
+    pub fn refused(&self, origin: Instant) {
+        let at_ns = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let _ = self.first_refusal_ns.compare_exchange(0, at_ns, Ordering::Relaxed, Ordering::Relaxed);
+        self.last_refusal_ns.fetch_max(at_ns, Ordering::Relaxed);
+        self.refused_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes one answered request's latency for the progress line.
+    pub fn answered(&self, latency: Duration) {
+        let mut recent = self.recent_latencies_us.lock().unwrap_or_else(|e| e.into_inner());
+        recent.push(crate::report::micros(latency));
+    }
+
     /// Takes the latencies recorded since the last call, sorted.
     pub fn take_recent_latencies(&self) -> Vec<u64> {
         let mut taken = std::mem::take(&mut *self.recent_latencies_us.lock().unwrap_or_else(|e| e.into_inner()));
@@ -189,11 +203,7 @@ async fn connection_loop(
                 Ok(ids) => {
                     let latency = due.elapsed();
                     progress.accepted.fetch_add(ids.len() as u64, Ordering::Relaxed);
-                    progress
-                        .recent_latencies_us
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(crate::report::micros(latency));
+                    progress.answered(latency);
                     let due = due.saturating_duration_since(load.origin);
                     accepted.extend(indexes.zip(ids).map(|(index, event_id)| Accepted {
                         index,
@@ -206,10 +216,7 @@ async fn connection_loop(
                 Err(why) => why,
             },
             Ok((503, answer)) if is_budget_refusal(&answer) => {
-                let at_ns = u64::try_from(load.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                let _ = progress.first_refusal_ns.compare_exchange(0, at_ns, Ordering::Relaxed, Ordering::Relaxed);
-                progress.last_refusal_ns.fetch_max(at_ns, Ordering::Relaxed);
-                progress.refused_requests.fetch_add(1, Ordering::Relaxed);
+                progress.refused(load.origin);
                 // Counted, not printed: at a budget's cap most requests are.
                 failures += indexes.len() as u64;
                 progress.failed.fetch_add(indexes.len() as u64, Ordering::Relaxed);
@@ -227,7 +234,7 @@ async fn connection_loop(
 }
 
 /// Whether a 503's body is the problem of a full ingest budget.
-fn is_budget_refusal(body: &[u8]) -> bool {
+pub fn is_budget_refusal(body: &[u8]) -> bool {
     #[derive(Deserialize)]
     struct Problem {
         r#type: String,
@@ -267,7 +274,13 @@ impl Connection {
     /// there was none within [`REQUEST_TIMEOUT`] (the connection is then
     /// dropped, and the next post opens a new one).
     pub async fn post(&mut self, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
-        let exchanged = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(body)).await;
+        self.post_with(body, "").await
+    }
+
+    /// Posts `body` as JSON with `headers` (whole `name: value\r\n` lines)
+    /// beside the usual ones, as [`Connection::post`] does.
+    pub async fn post_with(&mut self, body: &[u8], headers: &str) -> Result<(u16, Vec<u8>), String> {
+        let exchanged = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(body, headers)).await;
         let answered = exchanged.unwrap_or_else(|_| Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())));
         if answered.is_err() {
             // The stream went with the failed exchange; so do its bytes.
@@ -278,7 +291,7 @@ impl Connection {
 
     /// One request and its answer. The stream is taken for the exchange and
     /// put back only when it ends well and the node keeps it open.
-    async fn exchange(&mut self, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    async fn exchange(&mut self, body: &[u8], headers: &str) -> Result<(u16, Vec<u8>), String> {
         let mut stream = match self.stream.take() {
             Some(stream) => stream,
             None => {
@@ -287,16 +300,7 @@ impl Connection {
                 stream
             }
         };
-        let mut request = Vec::with_capacity(160 + body.len());
-        write!(
-            request,
-            "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            self.path,
-            self.addr,
-            body.len()
-        )
-        .map_err(|e| format!("build the request: {e}"))?;
-        request.extend_from_slice(body);
+        let request = request_bytes(&self.path, &self.addr, headers, body);
         stream.write_all(&request).await.map_err(|e| format!("send: {e}"))?;
         let head =
             http1::read_message(&mut stream, &mut self.buf, parse_answer).await.map_err(|unread| match unread {
@@ -312,6 +316,20 @@ impl Connection {
         }
         Ok((head.status, answer))
     }
+}
+
+/// A JSON `POST` of `body` to `path` at `addr`, with `headers` (whole
+/// `name: value\r\n` lines) after the usual ones.
+fn request_bytes(path: &str, addr: &str, headers: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = Vec::with_capacity(160 + headers.len() + body.len());
+    // Writing into a Vec cannot fail.
+    let _ = write!(
+        request,
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}\r\n",
+        body.len()
+    );
+    request.extend_from_slice(body);
+    request
 }
 
 /// A complete answer head.
@@ -401,6 +419,21 @@ mod tests {
             (&serde_json::json!("key-7"), &serde_json::json!(1))
         );
         assert_eq!(serde_json::to_string(&keyed["payload"]).expect("encodes").len(), 200);
+    }
+
+    #[test]
+    fn a_request_carries_its_extra_headers_before_its_sized_body() {
+        let bytes = request_bytes("/in/src_1", "127.0.0.1:9", "stripe-signature: t=1,v1=ab\r\n", b"{\"t\":1}");
+        let mut headers = [httparse::EMPTY_HEADER; 8];
+        let mut request = httparse::Request::new(&mut headers);
+        let Ok(httparse::Status::Complete(len)) = request.parse(&bytes) else { panic!("a whole head") };
+        assert_eq!((request.method, request.path), (Some("POST"), Some("/in/src_1")));
+        let value = |name: &str| request.headers.iter().find(|h| h.name == name).map(|h| h.value.to_vec());
+        assert_eq!(value("stripe-signature"), Some(b"t=1,v1=ab".to_vec()));
+        assert_eq!(value("content-length"), Some(b"7".to_vec()));
+        assert_eq!(&bytes[len..], b"{\"t\":1}");
+        let plain = request_bytes("/v1/events", "h:1", "", b"{}");
+        assert!(plain.ends_with(b"content-length: 2\r\n\r\n{}"), "{}", String::from_utf8_lossy(&plain));
     }
 
     #[test]

@@ -145,6 +145,31 @@ pub struct RetryFigures {
     pub key_wait_held_samples: Option<usize>,
 }
 
+/// The inbound scenario's own figures: provider requests to `POST /in/{source}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InboundFigures {
+    /// `--provider-retry-percent`: the share of events posted a second time.
+    pub retry_percent: u32,
+    /// Provider requests answered 200: new events and repeats answered as duplicates.
+    pub requests_answered: u64,
+    pub requests_answered_per_s: f64,
+    pub repeats_posted: u64,
+    /// Repeats answered 200 `duplicate: true` with their event's id.
+    pub duplicates_answered: u64,
+    /// Latency of those answers.
+    pub duplicate_latency_ms: Quantiles,
+    /// Repeats answered as a new event (or another's duplicate): a provider
+    /// event accepted twice (any fails the run).
+    pub repeats_created_anew: u64,
+    /// Repeats not answered 200.
+    pub repeats_not_answered: u64,
+    /// Distinct (endpoint, event) arrivals beyond the expected ones: events
+    /// that should not exist (any fails the run).
+    pub deliveries_beyond_expected: usize,
+    /// The nodes' CPU over the provider requests answered.
+    pub cpu_us_per_request: f64,
+}
+
 /// One scenario run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -210,9 +235,20 @@ pub struct Report {
     pub budget: Option<BudgetFigures>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retries: Option<RetryFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inbound: Option<InboundFigures>,
 }
 
 impl Report {
+    /// Of an inbound run: provider events that reached an endpoint twice,
+    /// or were accepted twice; 0 for any other run, whose duplicates are
+    /// reported only.
+    pub fn provider_events_twice(&self) -> u64 {
+        self.inbound
+            .as_ref()
+            .map_or(0, |i| self.duplicates + i.repeats_created_anew + i.deliveries_beyond_expected as u64)
+    }
+
     /// A few lines for a human.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -300,6 +336,27 @@ impl Report {
                     w.p50, w.p99, w.max
                 );
             }
+        }
+        if let Some(i) = &self.inbound {
+            let d = &i.duplicate_latency_ms;
+            let _ = writeln!(
+                out,
+                "  inbound:   {} provider requests answered 200 = {:.0} requests/s, {:.0} µs of node cpu each; {} of {} \
+                 repeats ({}% of events) answered duplicate (p50 {:.1} p99 {:.1} max {:.1} ms), created anew {}, \
+                 not answered {}, deliveries beyond the expected {}",
+                i.requests_answered,
+                i.requests_answered_per_s,
+                i.cpu_us_per_request,
+                i.duplicates_answered,
+                i.repeats_posted,
+                i.retry_percent,
+                d.p50,
+                d.p99,
+                d.max,
+                i.repeats_created_anew,
+                i.repeats_not_answered,
+                i.deliveries_beyond_expected
+            );
         }
         for n in &self.node_usage {
             let _ = writeln!(
@@ -406,6 +463,7 @@ mod tests {
             backlog: None,
             budget: None,
             retries: None,
+            inbound: None,
         }
     }
 
@@ -453,5 +511,33 @@ mod tests {
         let text = unordered.render();
         assert!(text.contains("retries:   100 first attempts answered 503 (10.0% of deliveries)\n"), "{text}");
         assert!(!text.contains("out of order") && !text.contains("key wait:") && !text.contains("held"), "{text}");
+    }
+
+    #[test]
+    fn an_inbound_run_prints_its_provider_figures_and_counts_any_event_twice_as_a_failure() {
+        let plain = report("throughput");
+        assert!(!plain.render().contains("inbound:"));
+        assert_eq!(Report { duplicates: 2, ..report("throughput") }.provider_events_twice(), 0, "reported only");
+        let figures = InboundFigures {
+            retry_percent: 10,
+            requests_answered: 1_100,
+            requests_answered_per_s: 1_100.0,
+            repeats_posted: 100,
+            duplicates_answered: 100,
+            duplicate_latency_ms: Quantiles { p50: 0.5, p99: 2.0, p999: 3.0, max: 4.0 },
+            repeats_created_anew: 0,
+            repeats_not_answered: 0,
+            deliveries_beyond_expected: 0,
+            cpu_us_per_request: 90.0,
+        };
+        let inbound = Report { inbound: Some(figures.clone()), ..report("inbound") };
+        let text = inbound.render();
+        assert!(text.contains("inbound:   1100 provider requests answered 200 = 1100 requests/s, 90 µs"), "{text}");
+        assert!(text.contains("100 of 100 repeats (10% of events) answered duplicate (p50 0.5 p99 2.0 max 4.0 ms)"));
+        assert_eq!(inbound.provider_events_twice(), 0);
+        let json = serde_json::to_value(&inbound).expect("encodes");
+        assert_eq!(json["inbound"]["duplicates_answered"], 100);
+        let twice = InboundFigures { repeats_created_anew: 1, deliveries_beyond_expected: 1, ..figures };
+        assert_eq!(Report { duplicates: 1, inbound: Some(twice), ..report("inbound") }.provider_events_twice(), 3);
     }
 }

@@ -27,6 +27,11 @@ pub enum Scenario {
     /// The ordered scenario's endpoints, events (keys included) and refused
     /// first attempts, without ordering: its twin for comparison.
     UnorderedRetries,
+    /// The throughput scenario's endpoints and event types, each endpoint
+    /// also taking the events of one Stripe source (`sources`), and each
+    /// event a signed provider request to `POST /in/{source}` instead of
+    /// `/v1/events`; a share of them posted again (`inbound.rs`).
+    Inbound,
 }
 
 /// Healthy endpoints of the throughput and isolation scenarios.
@@ -56,12 +61,18 @@ impl Scenario {
             Scenario::IngestOnly => "ingest-only",
             Scenario::Ordered => "ordered",
             Scenario::UnorderedRetries => "unordered-retries",
+            Scenario::Inbound => "inbound",
         }
     }
 
     /// Whether the scenario's endpoints deliver in order per key.
     pub fn ordered(self) -> bool {
         self == Scenario::Ordered
+    }
+
+    /// Whether the events are provider requests to a source's ingress.
+    pub fn inbound(self) -> bool {
+        self == Scenario::Inbound
     }
 
     /// Whether the fleet refuses some first attempts, so that deliveries retry.
@@ -76,7 +87,8 @@ impl Scenario {
             | Scenario::Isolation
             | Scenario::IngestOnly
             | Scenario::Ordered
-            | Scenario::UnorderedRetries => 60_000,
+            | Scenario::UnorderedRetries
+            | Scenario::Inbound => 60_000,
             Scenario::Backlog => 1_000_000,
             Scenario::FanOut => 2_000,
         }
@@ -89,7 +101,8 @@ impl Scenario {
             EndpointSpec { behaviour, index, settings }
         };
         match self {
-            Scenario::Throughput | Scenario::IngestOnly => {
+            // The inbound scenario's endpoints get their source once it exists.
+            Scenario::Throughput | Scenario::IngestOnly | Scenario::Inbound => {
                 (0..HEALTHY_ENDPOINTS).map(|i| typed("ok", i, json!({}))).collect()
             }
             Scenario::Isolation => {
@@ -126,7 +139,7 @@ impl Scenario {
     /// The event type of event `i`.
     pub fn event_type(self) -> fn(usize) -> String {
         match self {
-            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries => {
+            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries | Scenario::Inbound => {
                 |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize)
             }
             Scenario::Isolation => |i| format!("bench.{}", i % (HEALTHY_ENDPOINTS as usize + 1)),
@@ -147,7 +160,7 @@ impl Scenario {
     /// The fleet indexes of the healthy endpoints event `i` must reach.
     pub fn healthy_targets(self, i: usize) -> Vec<u32> {
         match self {
-            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries => {
+            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries | Scenario::Inbound => {
                 vec![(i % HEALTHY_ENDPOINTS as usize) as u32]
             }
             Scenario::Isolation => {
@@ -181,6 +194,7 @@ mod tests {
             Scenario::IngestOnly,
             Scenario::Ordered,
             Scenario::UnorderedRetries,
+            Scenario::Inbound,
         ] {
             let specs = scenario.endpoints();
             for i in 0..250 {
