@@ -31,7 +31,7 @@
 //!   the secret header, and the reply enums ([`RaftReply`], [`ProposeReply`]).
 //! - [`error`]: [`Error`], this crate's one error enum.
 //! - [`background`]: threads for work nothing waits for soon (a snapshot's
-//!   encoding, a purge's removal), under `SCHED_IDLE`.
+//!   encoding, a purge's removal), at a lower priority (nice 10) and paced.
 //! - `codec` (private): the bincode encoding of everything this crate persists.
 //! - `group_commit` (private): sled's flushes, one at a time and shared by
 //!   every caller waiting (never sled's `flush_async`, which can hang).
