@@ -27,10 +27,11 @@ pub enum Scenario {
     /// The ordered scenario's endpoints, events (keys included) and refused
     /// first attempts, without ordering: its twin for comparison.
     UnorderedRetries,
-    /// The throughput scenario's endpoints and event types, each endpoint
-    /// also taking the events of one Stripe source (`sources`), and each
-    /// event a signed provider request to `POST /in/{source}` instead of
-    /// `/v1/events`; a share of them posted again (`inbound.rs`).
+    /// The throughput scenario's endpoints and event types, the endpoints
+    /// subscribed to one Stripe source (`sources`), each event a signed
+    /// provider request to `POST /in/{source}` instead of `/v1/events`,
+    /// and `--provider-retry-percent` of them posted again, to be answered
+    /// as duplicates.
     Inbound,
 }
 
