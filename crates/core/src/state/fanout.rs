@@ -112,7 +112,11 @@ impl Fanout {
     ) -> usize {
         match (&self.index, source) {
             (Some(index), None) => index.by_type.get(event_type).map_or(0, Vec::len) + index.every_type.len(),
-            _ => scan(endpoints, event_type, source).len(),
+            // The source's own endpoints, not every endpoint.
+            (Some(index), Some(source)) => index.by_source.get(source).map_or(0, |ids| {
+                ids.iter().filter(|id| endpoints.get(id).is_some_and(|e| e.subscribes_to(event_type))).count()
+            }),
+            (None, _) => scan(endpoints, event_type, source).len(),
         }
     }
 }
