@@ -91,3 +91,27 @@ fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, Problem> {
         Err(Problem::invalid(format!("{field} must be between {min} and {max}, got {n}")))
     }
 }
+
+/// Longest grace period a secret rotation may ask for.
+pub const GRACE_PERIOD_S_MAX: u64 = 7 * 24 * 3_600;
+
+/// A rotation's `grace_period_s` in ms: `default_ms` when absent, at most
+/// [`GRACE_PERIOD_S_MAX`].
+pub fn grace_ms(grace_period_s: Option<u64>, default_ms: u64) -> Result<u64, Problem> {
+    match grace_period_s {
+        Some(s) if s > GRACE_PERIOD_S_MAX => {
+            Err(Problem::invalid(format!("grace_period_s may be at most {GRACE_PERIOD_S_MAX}")))
+        }
+        Some(s) => Ok(s * 1_000),
+        None => Ok(default_ms),
+    }
+}
+
+/// A listing's `state` filter.
+pub fn delivery_state(text: &str) -> Result<hookraft_core::model::DeliveryState, Problem> {
+    hookraft_core::model::DeliveryState::parse(text).ok_or_else(|| {
+        Problem::malformed(format!(
+            "state must be pending, attempting, retrying, delivered, dead or ignored_stale, got `{text}`"
+        ))
+    })
+}

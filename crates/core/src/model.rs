@@ -11,7 +11,7 @@ use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId};
 use crate::ordering::OnDead;
 use crate::payload::Payload;
-use crate::retry::{RetryPolicy, RetryRule};
+use crate::retry::RetryPolicy;
 use crate::signing::Secret;
 
 /// Default concurrent attempts per endpoint.
@@ -248,103 +248,6 @@ impl DeliveryState {
     }
 }
 
-/// One attempt, as recorded on the timeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttemptRecord {
-    /// The node that sent it.
-    pub node_id: NodeId,
-    /// The fencing token of the shard grant it was sent under.
-    pub fencing_token: u64,
-    pub started_at_ms: u64,
-    pub latency_ms: u64,
-    /// The HTTP status, when the endpoint answered.
-    pub status_code: Option<u16>,
-    /// The kind of failure when it did not (timeout, connect, refused target...).
-    pub error: Option<String>,
-    /// The first KiB of the response body.
-    pub response_excerpt: Option<String>,
-}
-
-/// An entry of a delivery's append-only timeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TimelineEntry {
-    Received {
-        at_ms: u64,
-    },
-    Attempt {
-        at_ms: u64,
-        /// Boxed: the record is five times the size of any other entry, and
-        /// every entry of every timeline would otherwise be as large. A box
-        /// encodes as its content, so the log and snapshot formats are the same.
-        attempt: Box<AttemptRecord>,
-    },
-    /// A retry as earlier versions recorded it, without the rule that chose
-    /// its wait: read from their logs and snapshots, never recorded now.
-    LegacyRetryScheduled {
-        at_ms: u64,
-        next_attempt_at_ms: u64,
-    },
-    Delivered {
-        at_ms: u64,
-    },
-    Dead {
-        at_ms: u64,
-        reason: String,
-    },
-    Replayed {
-        at_ms: u64,
-    },
-    /// Stands for older entries dropped to respect [`TIMELINE_ENTRIES_MAX`].
-    Truncated {
-        at_ms: u64,
-        dropped: u64,
-    },
-    /// A retry was scheduled; `rule` chose its wait. (Appended: entries are
-    /// encoded by position, see the module docs.)
-    RetryScheduled {
-        at_ms: u64,
-        next_attempt_at_ms: u64,
-        rule: RetryRule,
-    },
-    /// The delivery's number in its key's order. Encoded right after
-    /// `Received` for an ordered delivery; in memory it is
-    /// [`Delivery::sequence`], never in the history.
-    Sequenced {
-        at_ms: u64,
-        sequence: u64,
-    },
-    /// An operator skipped this dead head of its key: the key went on.
-    Skipped {
-        at_ms: u64,
-    },
-    /// Not sent: `newer`, a later version of its entity key, was
-    /// delivered to the endpoint first.
-    /// (The id is boxed: its 16-byte alignment would widen every entry.)
-    IgnoredStale {
-        at_ms: u64,
-        newer: Box<EventId>,
-    },
-}
-
-impl TimelineEntry {
-    /// When it was recorded.
-    pub fn at_ms(&self) -> u64 {
-        match self {
-            TimelineEntry::Received { at_ms }
-            | TimelineEntry::Attempt { at_ms, .. }
-            | TimelineEntry::LegacyRetryScheduled { at_ms, .. }
-            | TimelineEntry::Delivered { at_ms }
-            | TimelineEntry::Dead { at_ms, .. }
-            | TimelineEntry::Replayed { at_ms }
-            | TimelineEntry::Truncated { at_ms, .. }
-            | TimelineEntry::RetryScheduled { at_ms, .. }
-            | TimelineEntry::Sequenced { at_ms, .. }
-            | TimelineEntry::Skipped { at_ms }
-            | TimelineEntry::IgnoredStale { at_ms, .. } => *at_ms,
-        }
-    }
-}
-
 /// An optional unix-ms time in 8 bytes where `Option<u64>` takes 16: a
 /// delivery holds one, and a backlog holds a delivery per pending entry.
 /// `u64::MAX` stands for none; no wall clock reaches it, and a later time
@@ -458,6 +361,8 @@ impl Serialize for Delivery {
 }
 
 mod endpoint_wire;
+mod timeline;
+pub use timeline::{AttemptRecord, TimelineEntry};
 mod event_wire;
 
 /// The encoded form of a [`Delivery`]: its fields in order, the timeline whole.

@@ -47,17 +47,7 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<axum::Json<Value>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
-    let state_filter = q
-        .state
-        .as_deref()
-        .map(|s| {
-            DeliveryState::parse(s).ok_or_else(|| {
-                Problem::malformed(format!(
-                    "state must be pending, attempting, retrying, delivered, dead or ignored_stale, got `{s}`"
-                ))
-            })
-        })
-        .transpose()?;
+    let state_filter = q.state.as_deref().map(crate::validate::delivery_state).transpose()?;
     let endpoint: Option<EndpointId> = q
         .endpoint_id
         .as_deref()

@@ -249,9 +249,6 @@ struct RotateSecret {
     grace_period_s: Option<u64>,
 }
 
-/// Longest grace period a rotation may ask for.
-const GRACE_PERIOD_S_MAX: u64 = 7 * 24 * 3_600;
-
 async fn rotate_secret(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
@@ -262,13 +259,7 @@ async fn rotate_secret(
         Some(text) => Secret::parse(text).map_err(|e| Problem::invalid(format!("secret: {e}")))?,
         None => ctx.with_rng(|rng| Secret::generate(rng)),
     };
-    let grace_ms = match body.grace_period_s {
-        Some(s) if s > GRACE_PERIOD_S_MAX => {
-            return Err(Problem::invalid(format!("grace_period_s may be at most {GRACE_PERIOD_S_MAX}")));
-        }
-        Some(s) => s * 1_000,
-        None => ctx.secret_grace_ms,
-    };
+    let grace_ms = validate::grace_ms(body.grace_period_s, ctx.secret_grace_ms)?;
     let now_ms = ctx.clock.wall_ms();
     let grace_until_ms = now_ms + grace_ms;
     let whsec = secret.to_whsec();

@@ -67,17 +67,7 @@ impl Filter {
                 })
                 .transpose()
         };
-        let state = q
-            .state
-            .as_deref()
-            .map(|s| {
-                DeliveryState::parse(s).ok_or_else(|| {
-                    Problem::malformed(format!(
-                        "state must be pending, attempting, retrying, delivered, dead or ignored_stale, got `{s}`"
-                    ))
-                })
-            })
-            .transpose()?;
+        let state = q.state.as_deref().map(crate::validate::delivery_state).transpose()?;
         let endpoint = q
             .endpoint_id
             .as_deref()

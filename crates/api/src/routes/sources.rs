@@ -281,9 +281,6 @@ struct RotateSecret {
     grace_period_s: Option<u64>,
 }
 
-/// Longest grace period a rotation may ask for.
-const GRACE_PERIOD_S_MAX: u64 = 7 * 24 * 3_600;
-
 /// The provider rotated its secret: the new one is current, the old one
 /// still verifies for the grace period.
 async fn rotate_secret(
@@ -302,13 +299,7 @@ async fn rotate_secret(
             .ok_or_else(|| Problem::not_found(format!("no source {id}")))?
     };
     let secret = ProviderSecret::parse(&scheme, &body.secret).map_err(|e| Problem::invalid(format!("secret: {e}")))?;
-    let grace_ms = match body.grace_period_s {
-        Some(s) if s > GRACE_PERIOD_S_MAX => {
-            return Err(Problem::invalid(format!("grace_period_s may be at most {GRACE_PERIOD_S_MAX}")));
-        }
-        Some(s) => s * 1_000,
-        None => ctx.secret_grace_ms,
-    };
+    let grace_ms = validate::grace_ms(body.grace_period_s, ctx.secret_grace_ms)?;
     let now_ms = ctx.clock.wall_ms();
     let grace_until_ms = now_ms + grace_ms;
     commit(&ctx, Command::RotateSourceSecret { id, secret, grace_until_ms, now_ms }).await?;
