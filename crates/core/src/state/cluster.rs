@@ -33,12 +33,40 @@ impl ClusterState {
     /// Frees the shards of a departed node; the rebalancer grants them anew
     /// (with new tokens, so the departed node's late outcomes are stale).
     pub(super) fn forget_node(&mut self, node_id: NodeId, now_ms: u64) -> Response {
+        let at_ms = self.node_lease_from(node_id, now_ms);
         self.nodes.remove(&node_id);
         for grant in self.shards.iter_mut().filter(|g| g.owner == Some(node_id)) {
             grant.owner = None;
-            grant.granted_at_ms = now_ms;
+            grant.granted_at_ms = at_ms;
         }
         Response::Ok
+    }
+
+    /// The time a revocation of `shard` stamped `now_ms` counts from: the
+    /// rebalancer grants a revoked shard again `lease + margin` after it, so
+    /// it must not be older than a lease the shard's last owner may still
+    /// hold. A command's own stamp can be: a plan or an operator's call
+    /// stamped on one node may commit seconds later (a deposed leader's
+    /// proposal forwarded once its partition heals), after the owner renewed
+    /// its lease under heartbeats it applied, though not the revocation (the
+    /// simulator, seed 90885: a shard granted again 0.8 s after a revocation
+    /// stamped 3.7 s before it committed, while its owner, cut off, still
+    /// held a lease). So it is the latest of the stamp, the owner's last
+    /// committed heartbeat and, for a shard already revoked, that
+    /// revocation's time. A heartbeat committed after the revocation cannot
+    /// extend a lease over the shard: its node applies the revocation before
+    /// the heartbeat returns.
+    fn revocation_from(&self, shard: Shard, now_ms: u64) -> u64 {
+        match self.shards.get(shard as usize) {
+            Some(ShardGrant { owner: Some(owner), .. }) => self.node_lease_from(*owner, now_ms),
+            Some(ShardGrant { owner: None, granted_at_ms, .. }) => now_ms.max(*granted_at_ms),
+            None => now_ms,
+        }
+    }
+
+    /// The later of `now_ms` and `node`'s last committed heartbeat.
+    fn node_lease_from(&self, node: NodeId, now_ms: u64) -> u64 {
+        now_ms.max(self.nodes.get(&node).map_or(0, |r| r.last_heartbeat_ms))
     }
 
     /// Revokes shards: each gets a new token and no owner (`next_owner` is
@@ -52,7 +80,11 @@ impl ClusterState {
             .collect();
         down.sort_unstable();
         down.dedup();
-        let response = self.set_grants(shards.iter().map(|&(shard, next_owner)| (shard, None, next_owner)), now_ms);
+        let stamped: Vec<(Shard, Option<NodeId>, Option<NodeId>, u64)> = shards
+            .iter()
+            .map(|&(shard, next_owner)| (shard, None, next_owner, self.revocation_from(shard, now_ms)))
+            .collect();
+        let response = self.set_grants(stamped.into_iter());
         if matches!(response, Response::ShardsAssigned { .. }) {
             for node in down {
                 let data = format!("{{\"node_id\":{node}}}");
@@ -79,7 +111,7 @@ impl ClusterState {
             };
         let kept: Vec<(Shard, NodeId)> =
             grants.iter().copied().filter(|&(shard, node)| !revived(self, shard, node)).collect();
-        let response = self.set_grants(kept.iter().map(|&(shard, node)| (shard, Some(node), None)), now_ms);
+        let response = self.set_grants(kept.iter().map(|&(shard, node)| (shard, Some(node), None, now_ms)));
         if let Response::ShardsAssigned { tokens } = &response
             && !tokens.is_empty()
         {
@@ -99,17 +131,16 @@ impl ClusterState {
     /// whole command if one shard does not exist.
     fn set_grants(
         &mut self,
-        grants: impl Iterator<Item = (Shard, Option<NodeId>, Option<NodeId>)> + Clone,
-        now_ms: u64,
+        grants: impl Iterator<Item = (Shard, Option<NodeId>, Option<NodeId>, u64)> + Clone,
     ) -> Response {
-        if let Some((shard, _, _)) = grants.clone().find(|(s, _, _)| *s >= SHARD_COUNT) {
+        if let Some((shard, ..)) = grants.clone().find(|(s, ..)| *s >= SHARD_COUNT) {
             return Response::Conflict { detail: format!("shard {shard} does not exist") };
         }
         let mut tokens = Vec::new();
-        for (shard, owner, next_owner) in grants {
+        for (shard, owner, next_owner, at_ms) in grants {
             self.last_token += 1;
             self.shards[shard as usize] =
-                ShardGrant { owner, token: self.last_token, granted_at_ms: now_ms, next_owner };
+                ShardGrant { owner, token: self.last_token, granted_at_ms: at_ms, next_owner };
             tokens.push((shard, self.last_token));
         }
         Response::ShardsAssigned { tokens }
