@@ -185,12 +185,6 @@ fn an_actor_stopped_while_the_lease_blinked_is_started_again() {
     sweep_seed(5_146);
 }
 
-/// Found by a sweep: the leader planned to grant a crashed node's shards
-/// away, the node restarted and its heartbeat committed before the grant,
-/// and for half a second both it (holding a lease over a stale state) and
-/// the new owner sent. A direct grant away from an owner that is live again
-/// is now dropped at apply, and a heartbeat extends the lease only once the
-/// node's own state shows it.
 /// Found by a sweep over membership changes and partitions: removing a
 /// voter while leadership moved left openraft's `change_membership`
 /// waiting forever, so the admin call never answered and the operator
@@ -220,6 +214,12 @@ fn an_attempt_that_finishes_under_a_superseded_token_is_sent_again() {
     sweep_seed_over(200_123, &[Shape::Membership, Shape::Split, Shape::IsolateLeader, Shape::MoveShard]);
 }
 
+/// Found by a sweep: the leader planned to grant a crashed node's shards
+/// away, the node restarted and its heartbeat committed before the grant,
+/// and for half a second both it (holding a lease over a stale state) and
+/// the new owner sent. A direct grant away from an owner that is live again
+/// is now dropped at apply, and a heartbeat extends the lease only once the
+/// node's own state shows it.
 #[test]
 fn a_grant_planned_while_the_owner_was_down_waits_for_it_once_it_is_back() {
     sweep_seed(20_237);

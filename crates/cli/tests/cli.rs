@@ -8,12 +8,55 @@ fn hookraft() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hookraft"))
 }
 
+/// The subcommands a `--help` text lists under `Commands:` (clap's own
+/// `help` left out).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| line.trim() != "Commands:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `hookraft [path] --help`: succeeds, prints a usage line naming the path.
+fn help_of(path: &[String]) -> String {
+    let out = hookraft().args(path).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "hookraft {} --help failed: {}",
+        path.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let usage = format!("Usage: hookraft {}", path.join(" "));
+    assert!(text.contains(usage.trim_end()), "hookraft {} --help: {text}", path.join(" "));
+    text
+}
+
+/// Every subcommand, nested ones included, answers `--help`; the tree is
+/// the one the README's tour walks.
 #[test]
-fn help_lists_serve_and_receiver() {
-    let out = hookraft().arg("--help").output().unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("serve") && text.contains("receiver"), "{text}");
+fn every_subcommand_has_its_help() {
+    let top = help_of(&[]);
+    assert_eq!(subcommands(&top), ["serve", "receiver", "cluster", "keys"], "{top}");
+    let mut to_visit: Vec<Vec<String>> = subcommands(&top).into_iter().map(|name| vec![name]).collect();
+    let mut visited = Vec::new();
+    while let Some(path) = to_visit.pop() {
+        let text = help_of(&path);
+        for child in subcommands(&text) {
+            let mut next = path.clone();
+            next.push(child);
+            to_visit.push(next);
+        }
+        visited.push(path.join(" "));
+    }
+    for nested in ["cluster status", "cluster move", "cluster drain", "cluster add", "cluster remove"] {
+        assert!(visited.iter().any(|v| v == nested), "{nested} not reached: {visited:?}");
+    }
+    assert!(visited.iter().any(|v| v.starts_with("keys ")), "no keys subcommand reached: {visited:?}");
 }
 
 #[test]

@@ -74,7 +74,7 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date.
-pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -101,6 +101,14 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn days_from_civil_matches_known_dates() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(1969, 12, 31), -1);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(days_from_civil(2015, 10, 21), 16_729);
+    }
 
     #[test]
     fn formats_known_instants() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookraft_api::context::{AdminError, AdminFuture, ClusterAdmin, Member};
-use hookraft_api::routes::internal::{LocalWrite as LocalWriteTrait, LocalWriteError, LocalWriteFuture};
+use hookraft_api::routes::internal::{LocalWrite, LocalWriteError, LocalWriteFuture};
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::NodeId;
@@ -15,9 +15,8 @@ use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
 use hookraft_raft::http_network::{ForwardError, forward_command};
 use hookraft_raft::rpc::Committed;
 
-use crate::log_writer::LogWriter;
+use crate::log_writer::{LogWriter, Written};
 use hookraft_raft::{Raft, StateHandle};
-use openraft::error::{ClientWriteError, RaftError};
 
 /// How long a write forwarded to the leader may take.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,49 +31,6 @@ const ADD_NODE_TIMEOUT: Duration = Duration::from_secs(120);
 /// wait forever when leadership moves during the change (found by the
 /// simulator, seed 90071); an admin call must answer.
 const REMOVE_NODE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Where a local write ended.
-pub enum LocalWrite {
-    Applied(Committed),
-    NotLeader { leader: Option<(NodeId, String)> },
-    Failed(ProposeError),
-}
-
-/// How long a write on the local Raft may take before it is reported failed.
-///
-/// openraft 0.9 can leave a `client_write` unanswered for good: a leader
-/// that stalls with writes pending, loses leadership, and then catches up by
-/// installing a snapshot never applies those indexes itself, nor truncates
-/// them, which are the only two ways it answers a pending write. Without this
-/// bound the log writer, and every heartbeat behind it, waited forever (found
-/// by the chaos run: a leader paused past its lease never became live again).
-pub const LOCAL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Commits on the local Raft if it leads; says who leads otherwise. A write
-/// not answered within [`LOCAL_WRITE_TIMEOUT`] fails but may still commit,
-/// like a forward that timed out (docs/DESIGN-NOTES.md, note 13).
-pub async fn write_locally(raft: &Raft, command: Command) -> LocalWrite {
-    let Ok(written) = tokio::time::timeout(LOCAL_WRITE_TIMEOUT, raft.client_write(command.into())).await else {
-        tracing::warn!(timeout = ?LOCAL_WRITE_TIMEOUT, "a local raft write was not answered in time");
-        return LocalWrite::Failed(ProposeError::Other(format!(
-            "the write was not answered within {} s; it may still commit",
-            LOCAL_WRITE_TIMEOUT.as_secs()
-        )));
-    };
-    match written {
-        Ok(written) => LocalWrite::Applied(Committed { response: written.data, log_index: written.log_id.index }),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-            LocalWrite::NotLeader { leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)) }
-        }
-        Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-            LocalWrite::Failed(ProposeError::Other(e.to_string()))
-        }
-        Err(RaftError::Fatal(fatal)) => {
-            tracing::error!(%fatal, "raft stopped");
-            LocalWrite::Failed(ProposeError::ShuttingDown)
-        }
-    }
-}
 
 /// A boxed future for [`PeerClient::forward`].
 pub type ForwardFuture<'a> =
@@ -196,9 +152,9 @@ impl Proposer for ClusterProposer {
                 let leader = self.leader();
                 let attempt = match &leader {
                     Some((id, _)) if self.is_self(*id) => match self.writer.write(command.clone()).await {
-                        LocalWrite::Applied(committed) => return Ok(committed.response),
-                        LocalWrite::Failed(error) => return Err(error),
-                        LocalWrite::NotLeader { .. } => None,
+                        Written::Applied(committed) => return Ok(committed.response),
+                        Written::Failed(error) => return Err(error),
+                        Written::NotLeader { .. } => None,
                     },
                     Some((id, Some(addr))) => self.forward(*id, addr, &command).await,
                     Some((_, None)) | None => None,
@@ -382,15 +338,13 @@ pub struct RaftLocalWrite {
     pub writer: LogWriter,
 }
 
-impl LocalWriteTrait for RaftLocalWrite {
+impl LocalWrite for RaftLocalWrite {
     fn write(&self, command: Command) -> LocalWriteFuture<'_> {
         Box::pin(async move {
             match self.writer.write(command).await {
-                LocalWrite::Applied(committed) => Ok(committed),
-                LocalWrite::NotLeader { leader } => {
-                    Err(LocalWriteError::NotLeader { leader: leader.map(|(id, _)| id) })
-                }
-                LocalWrite::Failed(error) => Err(LocalWriteError::Failed(error.to_string())),
+                Written::Applied(committed) => Ok(committed),
+                Written::NotLeader { leader } => Err(LocalWriteError::NotLeader { leader: leader.map(|(id, _)| id) }),
+                Written::Failed(error) => Err(LocalWriteError::Failed(error.to_string())),
             }
         })
     }

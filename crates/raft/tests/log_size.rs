@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hookraft_core::{Command, Response};
-use hookraft_raft::log_size::snapshot_when_log_grows;
+use hookraft_raft::log_size::{snapshot_due_bytes, snapshot_when_log_grows};
 use hookraft_raft::{Backend, MemDisk, Raft, SingleNodeNetwork, open, raft_config};
 use openraft::{BasicNode, ServerState};
 use tokio::sync::watch;
@@ -22,8 +22,15 @@ async fn write(raft: &Raft, command: Command) -> Response {
     raft.client_write(command.into()).await.expect("write commits").data
 }
 
-fn snapshot_index(raft: &Raft) -> Option<u64> {
-    raft.metrics().borrow().snapshot.map(|id| id.index)
+/// Waits until a snapshot covers everything applied so far; its index.
+async fn wait_for_snapshot_covering(raft: &Raft) -> u64 {
+    let written = raft.metrics().borrow().last_applied.expect("applied").index;
+    let metrics = raft
+        .wait(Some(DEADLINE))
+        .metrics(|m| m.snapshot.is_some_and(|id| id.index + 1 >= written), "a snapshot past the threshold")
+        .await
+        .expect("a snapshot is built");
+    metrics.snapshot.expect("a snapshot").index
 }
 
 #[tokio::test]
@@ -40,32 +47,36 @@ async fn a_snapshot_is_built_once_the_log_past_the_last_one_outgrows_the_thresho
     let task =
         tokio::spawn(snapshot_when_log_grows(raft.clone(), sizes.clone(), snapshot_bytes.clone(), MIN_BYTES, stop));
 
-    // Below the threshold: no snapshot.
+    // Below the threshold: no snapshot. Nothing is waited for here: had one
+    // been built now, the log past it would stay under the threshold below,
+    // no snapshot would cover the later writes, and the wait would fail.
     while sizes.bytes_after(None) < MIN_BYTES / 2 {
         assert_eq!(write(&raft, Command::Noop).await, Response::Ok);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(snapshot_index(&raft), None, "half the threshold builds no snapshot");
+    let half = raft.metrics().borrow().last_applied.expect("applied").index;
 
     // Past it: one snapshot, covering what was written.
     while sizes.bytes_after(None) < MIN_BYTES {
         assert_eq!(write(&raft, Command::Noop).await, Response::Ok);
     }
-    let written = raft.metrics().borrow().last_applied.expect("applied").index;
-    raft.wait(Some(DEADLINE))
-        .metrics(|m| m.snapshot.is_some_and(|id| id.index + 1 >= written), "a snapshot past the threshold")
-        .await
-        .expect("a snapshot is built");
-    let first = snapshot_index(&raft);
+    let first = wait_for_snapshot_covering(&raft).await;
+    assert!(first > half, "the first snapshot ({first}) was built past half the threshold ({half})");
     assert!(snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed) > 0, "the snapshot's size is known");
 
-    // A few more entries, far below the threshold again: no second snapshot.
+    // A few more entries, far below the threshold again: no second snapshot
+    // for them. As above, one built now would leave the log past it under
+    // the threshold when it is reached, and the wait would fail.
     for _ in 0..3 {
         assert_eq!(write(&raft, Command::Noop).await, Response::Ok);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(snapshot_index(&raft), first, "the log past the snapshot is small again");
-    assert!(sizes.bytes_after(first) < MIN_BYTES);
+    let few_more = raft.metrics().borrow().last_applied.expect("applied").index;
+    let due = snapshot_due_bytes(MIN_BYTES, snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(sizes.bytes_after(Some(first)) < due);
+    while sizes.bytes_after(Some(first)) < due {
+        assert_eq!(write(&raft, Command::Noop).await, Response::Ok);
+    }
+    let second = wait_for_snapshot_covering(&raft).await;
+    assert!(second > few_more, "the second snapshot ({second}) waited for the threshold, not for a few entries");
 
     stop_tx.send(true).expect("the task listens");
     tokio::time::timeout(DEADLINE, task).await.expect("the task ends when stopped").expect("no panic");
