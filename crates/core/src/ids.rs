@@ -30,8 +30,9 @@ fn encode_ulid(value: u128, out: &mut [u8]) {
 /// An id's 128 bits, big-endian, so the bytes order like the value and
 /// therefore like the text (a fixed prefix, then a fixed-width base32 of
 /// the value). Ids are copied into every delivery, index and timeline: 16
-/// bytes here against 30 as text, and no heap (docs/benchmarks.md, the
-/// memory of a pending delivery). The text is made when it is asked for.
+/// bytes here against 30 as text, and no heap (docs/benchmarks-history.md,
+/// "Memory of a pending delivery, part by part"). The text is made when
+/// it is asked for.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Ulid([u8; 16]);
 

@@ -91,8 +91,8 @@ pub struct Io<N = HttpNetwork> {
 /// as delivery kept the cores busy. `hookraft serve --delivery-threads N`
 /// gives Raft and the deliveries runtimes of their own, so ingest keeps
 /// its speed whatever delivery does, at the price of what the node
-/// delivers on few cores (docs/benchmarks.md, "Raft and deliveries on
-/// runtimes of their own").
+/// delivers on few cores (docs/benchmarks-history.md, "Raft and deliveries
+/// on runtimes of their own").
 #[derive(Clone, Default)]
 pub struct Runtimes {
     /// Raft's tasks (its core, log IO, state machine, replication) and the

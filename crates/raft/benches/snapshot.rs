@@ -105,7 +105,8 @@ fn bench_snapshot(c: &mut Criterion) {
     });
     // Copying the state, the first step of any build that would let applies
     // go on while a copy is encoded: it costs about what the encoding does
-    // (docs/benchmarks.md), so holding applies for a copy gains nothing.
+    // (docs/benchmarks-history.md, "the log's flush path is not the lever"),
+    // so holding applies for a copy gains nothing.
     let handle = store.handle();
     group.bench_function("clone_state_10k_events", |b| b.iter(|| ClusterState::clone(&handle.read())));
     group.finish();

@@ -314,7 +314,7 @@ impl LogStore {
     /// openraft's core task: after each snapshot the core stopped, and with
     /// it every append, while the disk removed (and first read back) the
     /// whole log the snapshot replaced (64 MiB or more: 0.29–0.41 s on an
-    /// idle machine, longer under load; docs/benchmarks.md). The purge
+    /// idle machine, longer under load; docs/DESIGN-NOTES.md, note 30). The purge
     /// point is durable before this starts, so what a crash leaves behind
     /// lies below it: [`Self::log_state`] and reads ignore it, and the
     /// store removes it when it opens. Removing the oldest first keeps the
