@@ -55,10 +55,9 @@ pub struct ServeArgs {
     retention: Retention,
     /// Send webhooks on this many threads of their own, and run Raft on one
     /// of its own, so producers are answered at the same speed however
-    /// busy delivery is [default: everything on one runtime]. On two cores,
-    /// with 1, the node accepted 30,000 events/s at p99 under 20 ms while
-    /// delivering 21,000-23,000/s, but once caught up it delivered up to 29%
-    /// less than on one runtime (docs/benchmarks.md).
+    /// busy delivery is [default: everything on one runtime]. It trades
+    /// delivery rate once caught up for steady ingest latency; the figures
+    /// are in docs/benchmarks.md.
     #[arg(long, env = "HOOKRAFT_DELIVERY_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     delivery_threads: Option<u16>,
     /// Serve HTTPS with this PEM certificate chain (with --tls-key); the

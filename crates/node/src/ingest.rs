@@ -22,9 +22,8 @@ pub const INGEST_QUEUE_MAX: usize = 16_384;
 /// leader) while the one before it is committed, instead of waiting for its
 /// answer first; the log writer still appends one entry at a time, holding
 /// whatever is queued, so entries do not get smaller. Measured with
-/// `hookraft-bench --scenario throughput` (docs/benchmarks-history.md,
-/// "What was tried on the log and the allocator"): 1 → 4 took
-/// three nodes from 5,800–5,890 to 6,560–6,930 events/s.
+/// `hookraft-bench --scenario throughput`; the figures are in
+/// docs/benchmarks-history.md ("What was tried on the log and the allocator").
 pub const INGEST_BATCHES_IN_FLIGHT_MAX: usize = 4;
 
 type Reply<T> = oneshot::Sender<Result<T, ProposeError>>;
