@@ -1,16 +1,20 @@
-//! `/metrics` (docs/API.md#metrics): well-formed in both text formats, the
+//! `/metrics` (docs/METRICS.md): well-formed in both text formats, the
 //! derived lifecycle series count a delivery, a retry and a dead letter
-//! exactly, and the per-endpoint series stay within their top-N bound
-//! however many endpoints there are.
+//! exactly, once in a cluster, and the per-endpoint series stay within
+//! their top-N bound however many endpoints there are.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use hookraft_tests::exposition::{self, Exposition, Format};
 use hookraft_tests::{
-    DEADLINE, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestNode, locate_hookraft_binary,
-    register_endpoint, send_event, wait_delivery_state, wait_for,
+    DEADLINE, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, TestNode,
+    locate_hookraft_binary, register_endpoint, send_event, shard_of_endpoint, wait_delivery_state, wait_for,
 };
 use serde_json::{Value, json};
+
+/// Waits for delivery and replication in a cluster on a loaded two-core machine.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(90);
 
 const OPEN_METRICS: &str = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
 
@@ -159,4 +163,46 @@ fn a_top_bound_past_the_maximum_is_refused_at_start() {
     assert!(!output.status.success(), "a node started with 101 top endpoints");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--metrics-top-endpoints"), "{stderr}");
+}
+
+/// Each change of a delivery is counted by the node that owns its shard
+/// only: summed over the cluster, every delivery counts once (not once per
+/// replica), and each endpoint's series shows on its owner alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_each_delivery_is_counted_once_by_its_owner() {
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let cluster = TestCluster::start().await;
+    let view = cluster.wait_settled().await;
+    let leader = cluster.leader().await;
+    let mut endpoints = Vec::new();
+    for _ in 0..6 {
+        endpoints.push(register_endpoint(leader, &json!({"url": receiver.url("hook")})).await.0);
+    }
+    let accepted = send_event(leader, &json!({"type": "t", "payload": {}})).await;
+    for (delivery, _) in &accepted.deliveries {
+        wait_delivery_state(leader, delivery, "delivered", CLUSTER_DEADLINE).await;
+    }
+    // Every node applies every outcome; each counts only its own shards'.
+    let counted = wait_for(CLUSTER_DEADLINE, POLL_INTERVAL, "six deliveries counted across the nodes", async || {
+        let mut per_node = Vec::new();
+        for id in cluster.ids() {
+            let scraped = scrape(cluster.node(id), Format::Prometheus).await;
+            let delivered = scraped.value("hookraft_delivery_time_to_delivered_seconds_count", &[]).unwrap_or(0.0);
+            per_node.push((id, delivered, scraped));
+        }
+        let total: f64 = per_node.iter().map(|(_, delivered, _)| delivered).sum();
+        if total >= 6.0 { Ok(per_node) } else { Err(format!("{total} counted")) }
+    })
+    .await;
+    let total: f64 = counted.iter().map(|(_, delivered, _)| delivered).sum();
+    assert_eq!(total, 6.0, "each delivery once, not once per replica");
+    let owner = |endpoint: &str| view.owner_of(shard_of_endpoint(endpoint)).expect("owned");
+    for (id, delivered, scraped) in &counted {
+        let owned: Vec<&String> = endpoints.iter().filter(|e| owner(e) == *id).collect();
+        assert_eq!(*delivered, owned.len() as f64, "node {id} counts the deliveries of its shards");
+        let labels = endpoint_labels(scraped, "hookraft_endpoint_attempts_last_hour");
+        let expected: BTreeSet<String> = owned.into_iter().cloned().chain(["other".to_string()]).collect();
+        assert_eq!(labels, expected, "node {id} shows the endpoints it owns");
+    }
 }

@@ -257,7 +257,7 @@ impl Node {
             delivery_metrics,
             metrics: api_metrics,
             lifecycle,
-            metrics_top_endpoints: config.metrics_top_endpoints,
+            metrics_top_endpoints: config.metrics_top_endpoints.min(hookraft_api::metrics::TOP_ENDPOINTS_MAX),
             api_token: config.api_token.clone(),
             allow_private_targets: config.allow_private_targets,
             secret_grace_ms: config.secret_grace_ms,
