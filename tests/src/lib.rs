@@ -17,6 +17,8 @@
 //! - [`api`]: small helpers over `docs/API.md` (register an endpoint, send an
 //!   event, read and wait for deliveries, check problem documents and
 //!   signatures).
+//! - [`exposition`]: a checker of `/metrics` text (Prometheus and
+//!   OpenMetrics), independent of hookraft's own encoder.
 //!
 //! Every test starts its own node(s) and receiver(s), so tests run in parallel.
 //! The files under `tests/` hold one theme each; `src/bin/hookraft_bench.rs`
@@ -34,6 +36,7 @@
 pub mod api;
 pub mod binary;
 pub mod cluster;
+pub mod exposition;
 pub mod node;
 pub mod poll;
 pub mod receiver;

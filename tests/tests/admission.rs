@@ -78,7 +78,7 @@ async fn a_full_pending_budget_refuses_ingest_until_the_backlog_drains() {
     // The headroom shows in the metrics; the node stays ready.
     assert_eq!(metric(&node, "hookraft_pending_deliveries").await, Some(10));
     assert_eq!(metric(&node, "hookraft_pending_budget").await, Some(10));
-    assert!(metric(&node, "hookraft_retained_bytes_estimate").await.is_some_and(|bytes| bytes > 10 * 200));
+    assert!(metric(&node, "hookraft_retained_bytes").await.is_some_and(|bytes| bytes > 10 * 200));
     assert_eq!(metric(&node, "hookraft_ingest_refused_total{budget=\"pending\"}").await, Some(2));
     assert_eq!(metric(&node, "hookraft_ingest_refused_total{budget=\"memory\"}").await, Some(0));
     let (status, _, _) = node.get_json("/readyz").await;

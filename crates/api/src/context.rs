@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{IngestResult, NewEvent};
@@ -13,9 +12,12 @@ use hookraft_core::ids::NodeId;
 use hookraft_core::redact::SecretString;
 use hookraft_delivery::batcher::{ProposeError, Proposer};
 use hookraft_delivery::context::InFlightRegistry;
-use hookraft_delivery::metrics::DeliveryMetrics;
+use hookraft_delivery::metrics::{DeliveryMetrics, LifecycleMetrics};
 use hookraft_delivery::payloads::PayloadKeys;
 use hookraft_raft::StateHandle;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::admission::Admission;
 
@@ -80,25 +82,50 @@ pub trait ClusterAdmin: Send + Sync + 'static {
     fn remove_node(&self, id: NodeId) -> AdminFuture<'_>;
 }
 
-/// Counters of the API itself.
-#[derive(Debug, Default)]
+/// Metrics of the API itself (`crate::metrics` registers them). Cloning
+/// shares them.
+#[derive(Debug, Clone)]
 pub struct ApiMetrics {
-    pub events_accepted_total: AtomicU64,
-    pub events_rejected_total: AtomicU64,
-    pub events_idempotent_replays_total: AtomicU64,
-    pub ingest_unavailable_total: AtomicU64,
-    pub commit_latency_count: AtomicU64,
-    pub commit_latency_sum_ms: AtomicU64,
+    pub events_accepted_total: Counter,
+    pub events_rejected_total: Counter,
+    pub events_idempotent_replays_total: Counter,
+    pub ingest_unavailable_total: Counter,
+    /// From a post's admission to its events committed and applied.
+    pub commit_latency: Histogram,
     /// Provider requests committed as new events.
-    pub inbound_accepted_total: AtomicU64,
+    pub inbound_accepted_total: Counter,
     /// Provider requests for an event id already committed.
-    pub inbound_duplicates_total: AtomicU64,
+    pub inbound_duplicates_total: Counter,
     /// Provider requests whose signature did not hold.
-    pub inbound_bad_signature_total: AtomicU64,
+    pub inbound_bad_signature_total: Counter,
     /// Provider requests refused by an allowlist, a rate limit or a disabled source.
-    pub inbound_refused_total: AtomicU64,
+    pub inbound_refused_total: Counter,
     /// Provider requests refused otherwise (unknown source, bad body, full budget).
-    pub inbound_rejected_total: AtomicU64,
+    pub inbound_rejected_total: Counter,
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        Self {
+            events_accepted_total: Counter::default(),
+            events_rejected_total: Counter::default(),
+            events_idempotent_replays_total: Counter::default(),
+            ingest_unavailable_total: Counter::default(),
+            commit_latency: Histogram::new(crate::metrics::COMMIT_LATENCY_BUCKETS_S),
+            inbound_accepted_total: Counter::default(),
+            inbound_duplicates_total: Counter::default(),
+            inbound_bad_signature_total: Counter::default(),
+            inbound_refused_total: Counter::default(),
+            inbound_rejected_total: Counter::default(),
+        }
+    }
+}
+
+impl ApiMetrics {
+    /// Records one commit of a post's events that took `ms`.
+    pub fn observe_commit_ms(&self, ms: u64) {
+        self.commit_latency.observe(ms as f64 / 1_000.0);
+    }
 }
 
 /// Shared by every request handler.
@@ -118,6 +145,16 @@ pub struct ApiContext {
     pub in_flight: Arc<InFlightRegistry>,
     pub delivery_metrics: Arc<DeliveryMetrics>,
     pub metrics: ApiMetrics,
+    /// What the applies tallied for this node (`hookraft_core::state::tally`).
+    pub lifecycle: Arc<LifecycleMetrics>,
+    /// The node's one registry, which `/metrics` renders: every metric
+    /// above, and a collector of what is read at each scrape
+    /// (`crate::metrics::registry`).
+    pub registry: Registry,
+    /// How many endpoints get series of their own in `/metrics`; the rest
+    /// are summed as `endpoint="other"` (at most
+    /// [`crate::metrics::TOP_ENDPOINTS_MAX`]).
+    pub metrics_top_endpoints: usize,
     /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
     pub api_token: Option<SecretString>,
     pub allow_private_targets: bool,

@@ -10,6 +10,7 @@
 //! - [`views`]: the JSON shapes of `docs/API.md`.
 //! - [`validate`]: endpoint settings checks. [`auth`]: the bearer token.
 //! - [`admission`]: the budgets that refuse ingest a node cannot absorb.
+//! - [`metrics`]: the node's Prometheus registry, rendered by `/metrics`.
 //!
 //! Handlers never touch Raft or actors: they read the replicated state and
 //! commit commands through the context.
@@ -18,6 +19,7 @@ pub mod admission;
 pub mod auth;
 pub mod context;
 pub mod extract;
+pub mod metrics;
 pub mod problem;
 pub mod routes;
 pub mod validate;

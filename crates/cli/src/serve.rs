@@ -98,6 +98,12 @@ pub struct ServeArgs {
     /// environment.
     #[arg(long, env = "HOOKRAFT_KEYRING_TEXT", hide_env_values = true)]
     keyring_text: Option<SecretString>,
+    /// Show series of their own in /metrics for this many of the endpoints
+    /// this node owns, those with the most attempts in the last hour; the
+    /// rest are summed as endpoint="other" (0 to 100).
+    #[arg(long, env = "HOOKRAFT_METRICS_TOP_ENDPOINTS", default_value_t = hookraft_node::config::METRICS_TOP_ENDPOINTS_DEFAULT,
+          value_parser = clap::value_parser!(u16).range(0..=i64::from(hookraft_node::config::METRICS_TOP_ENDPOINTS_MAX)))]
+    metrics_top_endpoints: u16,
 }
 
 impl ServeArgs {
@@ -176,6 +182,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.retention_ms = args.retention.0;
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
+    config.metrics_top_endpoints = usize::from(args.metrics_top_endpoints);
     let machine = machine_memory();
     let (max_pending, memory_budget) = hookraft_node::config::default_budgets(machine);
     config.memory_budget_bytes = args.memory_budget.unwrap_or(memory_budget);

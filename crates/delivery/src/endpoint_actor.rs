@@ -30,7 +30,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::attempt::{AttemptPlan, attempt_record, attempt_result, build_request};
 use crate::context::DeliveryContext;
-use crate::metrics::DeliveryMetrics;
+use crate::metrics::{BreakerTo, Decided};
 use crate::queue::{DeliveryQueue, QueuedDelivery, Resolution, is_active_for, loaded_due_ms, resolve};
 use crate::transport::{SendError, SendOrigin, Target, WebhookResponse};
 
@@ -102,7 +102,7 @@ pub struct EndpointState {
     /// The armed wake-up: when, and the task that will send `Tick`.
     timer: Option<(u64, TimerTask)>,
     /// Queue depth last added to the node-wide gauge.
-    reported_depth: u64,
+    reported_depth: i64,
 }
 
 impl Actor for EndpointActor {
@@ -287,7 +287,7 @@ impl EndpointState {
                 Some(Ok(queued)) => queued,
             };
             let Some(token) = self.ctx.ownership.token_for(shard) else {
-                DeliveryMetrics::inc(&self.ctx.metrics.lease_refusals_total);
+                self.ctx.metrics.lease_refusals.inc();
                 self.abandon_in_flight();
                 return self.arm(myself, now_ms + LEASE_RECHECK_MS, now_ms);
             };
@@ -313,7 +313,7 @@ impl EndpointState {
             {
                 let mut probe = bucket.clone();
                 let wait_ms = probe.try_take(now_ms).err().unwrap_or(1);
-                DeliveryMetrics::inc(&self.ctx.metrics.rate_limited_total);
+                self.ctx.metrics.rate_limited.inc();
                 return self.arm(myself, now_ms + wait_ms, now_ms);
             }
             let (admission, transition) = self.breaker.admit_with_transition(&self.ctx.breaker, now_ms);
@@ -321,7 +321,7 @@ impl EndpointState {
                 self.count_transition(t);
             }
             if let Admission::Rejected { retry_at_ms } = admission {
-                DeliveryMetrics::inc(&self.ctx.metrics.breaker_rejections_total);
+                self.ctx.metrics.breaker_rejections.inc();
                 return self.arm(myself, retry_at_ms.max(now_ms + 1), now_ms);
             }
             if let Some((_, bucket)) = self.bucket.as_mut() {
@@ -362,7 +362,7 @@ impl EndpointState {
             })));
         });
         self.ctx.in_flight.insert(&queued.id);
-        DeliveryMetrics::inc(&self.ctx.metrics.attempts_total);
+        self.ctx.metrics.attempts.inc();
         self.in_flight
             .insert(queued.id, InFlight { queued, token, started_at_ms: now_ms, abort: Some(task.abort_handle()) });
     }
@@ -377,7 +377,7 @@ impl EndpointState {
         // breaker nor its retry budget hears of it.
         let not_sent = done.ignored_for.is_some() || matches!(done.result, Err(SendError::PayloadUnavailable(_)));
         if !not_sent {
-            self.ctx.metrics.observe_latency(done.latency_ms);
+            self.ctx.metrics.observe_latency_ms(done.latency_ms);
         }
 
         let result = attempt_result(&done.result, now_ms);
@@ -407,15 +407,14 @@ impl EndpointState {
                 &mut self.rng,
             )
         };
-        let metrics = &self.ctx.metrics;
-        match &decision {
-            Decision::Delivered => DeliveryMetrics::inc(&metrics.delivered_total),
-            Decision::Retry { .. } | Decision::LegacyRetry { .. } => DeliveryMetrics::inc(&metrics.retried_total),
-            Decision::Deferred { .. } => DeliveryMetrics::inc(&metrics.not_sent_total),
-            Decision::Dead { .. } => DeliveryMetrics::inc(&metrics.dead_total),
-            Decision::Gone => DeliveryMetrics::inc(&metrics.gone_total),
-            Decision::IgnoredStale { .. } => DeliveryMetrics::inc(&metrics.ignored_stale_total),
-        }
+        self.ctx.metrics.decided(match &decision {
+            Decision::Delivered => Decided::Delivered,
+            Decision::Retry { .. } | Decision::LegacyRetry { .. } => Decided::Retried,
+            Decision::Deferred { .. } => Decided::NotSent,
+            Decision::Dead { .. } => Decided::Dead,
+            Decision::Gone => Decided::Gone,
+            Decision::IgnoredStale { .. } => Decided::IgnoredStale,
+        });
         let outcome = Outcome {
             delivery_id: queued.id,
             shard: self.shard,
@@ -492,24 +491,17 @@ impl EndpointState {
 
     fn count_transition(&self, transition: Transition) {
         use hookraft_core::breaker::BreakerStatus::*;
-        let m = &self.ctx.metrics;
-        let counter = match transition.to {
-            Open => &m.breaker_opened_total,
-            Closed => &m.breaker_closed_total,
-            HalfOpen => &m.breaker_half_open_total,
-        };
-        DeliveryMetrics::inc(counter);
+        self.ctx.metrics.breaker_moved(match transition.to {
+            Open => BreakerTo::Open,
+            Closed => BreakerTo::Closed,
+            HalfOpen => BreakerTo::HalfOpen,
+        });
         tracing::info!(endpoint = %self.endpoint_id, from = ?transition.from, to = ?transition.to, "breaker transition");
     }
 
     fn report_depth(&mut self) {
-        let depth = self.queue.len() as u64;
-        let gauge = &self.ctx.metrics.queue_depth;
-        if depth > self.reported_depth {
-            gauge.fetch_add(depth - self.reported_depth, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            gauge.fetch_sub(self.reported_depth - depth, std::sync::atomic::Ordering::Relaxed);
-        }
+        let depth = i64::try_from(self.queue.len()).unwrap_or(i64::MAX);
+        self.ctx.metrics.queue_depth.inc_by(depth - self.reported_depth);
         self.reported_depth = depth;
     }
 }

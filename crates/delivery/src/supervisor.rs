@@ -11,7 +11,6 @@ use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, Supervisio
 
 use crate::context::DeliveryContext;
 use crate::endpoint_actor::{EndpointActor, EndpointArgs, EndpointMsg};
-use crate::metrics::DeliveryMetrics;
 
 /// Restarts of one endpoint's actor allowed within [`RESTART_WINDOW_MS`]
 /// before the supervisor waits [`RESTART_BACKOFF`] instead of restarting at once.
@@ -130,7 +129,7 @@ impl Actor for DeliverySupervisor {
             SupervisionEvent::ActorFailed(cell, error) => {
                 let Some(endpoint_id) = state.forget(&cell) else { return Ok(()) };
                 tracing::error!(endpoint = %endpoint_id, %error, "endpoint actor crashed; restarting it from the replicated state");
-                DeliveryMetrics::inc(&state.ctx.metrics.actor_restarts_total);
+                state.ctx.metrics.actor_restarts.inc();
                 if state.note_restart(&endpoint_id) {
                     if state.owns(&endpoint_id) {
                         state.spawn(&myself, endpoint_id).await;

@@ -52,10 +52,19 @@ pub struct NodeConfig {
     /// them. `None`: payloads are stored in clear (the node says so when
     /// it starts).
     pub keyring: Option<Arc<Keyring>>,
+    /// How many of the endpoints it owns this node shows series of its own
+    /// for in `/metrics` (the most attempted); the rest are summed as
+    /// `endpoint="other"`. At most `hookraft_api::metrics::TOP_ENDPOINTS_MAX`.
+    pub metrics_top_endpoints: usize,
 }
 
 /// Entries applied between two snapshots unless `--snapshot-every` says otherwise.
 pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = hookraft_raft::SNAPSHOT_EVERY_ENTRIES;
+
+/// Endpoints with series of their own in `/metrics` unless
+/// `--metrics-top-endpoints` says otherwise, and the most it may say.
+pub const METRICS_TOP_ENDPOINTS_DEFAULT: u16 = hookraft_api::metrics::TOP_ENDPOINTS_DEFAULT as u16;
+pub const METRICS_TOP_ENDPOINTS_MAX: u16 = hookraft_api::metrics::TOP_ENDPOINTS_MAX as u16;
 
 /// Default lease (ARCHITECTURE §5.2).
 pub const LEASE_MS_DEFAULT: u64 = 6_000;
@@ -81,6 +90,7 @@ impl NodeConfig {
             max_pending: u64::MAX,
             memory_budget_bytes: u64::MAX,
             keyring: None,
+            metrics_top_endpoints: hookraft_api::metrics::TOP_ENDPOINTS_DEFAULT,
         }
     }
 

@@ -37,7 +37,7 @@ use hookraft_core::breaker::BreakerConfig;
 use hookraft_core::ids::NodeId;
 use hookraft_delivery::batcher::{OUTCOME_QUEUE_MAX, Proposer, run_outcome_batcher};
 use hookraft_delivery::context::{DeliveryContext, InFlightRegistry};
-use hookraft_delivery::metrics::DeliveryMetrics;
+use hookraft_delivery::metrics::{DeliveryMetrics, LifecycleMetrics};
 use hookraft_delivery::payloads::PayloadKeys;
 use hookraft_delivery::supervisor::{DeliverySupervisor, SupervisorMsg};
 use hookraft_raft::{Raft, StateHandle, raft_config_snapshotting_every};
@@ -203,6 +203,8 @@ impl Node {
         let (supervisor, _) =
             crate::io::run_on(io.runtimes.delivery.as_ref(), spawning).await.map_err(NodeError::Actors)?;
         let _ = link.supervisor.set(supervisor.clone());
+        let lifecycle = Arc::new(LifecycleMetrics::default());
+        let _ = link.lifecycle.set((config.node_id, lifecycle.clone()));
 
         let (shutdown, stop) = watch::channel(false);
         tokio::spawn(hookraft_raft::log_size::snapshot_when_log_grows(
@@ -229,12 +231,15 @@ impl Node {
         );
 
         let ingest = Arc::new(ingest::start(proposer.clone(), io.clock.clone(), config.node_id));
-        let api = Arc::new(ApiContext {
+        let (api_metrics, cluster_view) = (ApiMetrics::default(), RaftView::new(raft.clone(), lease, io.clock.clone()));
+        // The registry's collector reads the context at each scrape: it
+        // holds it weakly, as the context holds the registry.
+        let api = Arc::new_cyclic(|me| ApiContext {
             node_id: config.node_id,
             state: state.clone(),
             proposer,
             ingest,
-            cluster: Arc::new(RaftView::new(raft.clone(), lease, io.clock.clone())),
+            cluster: Arc::new(cluster_view),
             admin: Arc::new(cluster::MembershipAdmin {
                 raft: raft.clone(),
                 state: state.clone(),
@@ -248,8 +253,11 @@ impl Node {
             clock: io.clock.clone(),
             entropy: io.entropy.clone(),
             in_flight,
+            registry: hookraft_api::metrics::registry(me.clone(), &api_metrics, &delivery_metrics),
             delivery_metrics,
-            metrics: ApiMetrics::default(),
+            metrics: api_metrics,
+            lifecycle,
+            metrics_top_endpoints: config.metrics_top_endpoints.min(hookraft_api::metrics::TOP_ENDPOINTS_MAX),
             api_token: config.api_token.clone(),
             allow_private_targets: config.allow_private_targets,
             secret_grace_ms: config.secret_grace_ms,

@@ -1,14 +1,16 @@
 //! Turns applied commands into work for the delivery supervisor: committed
 //! deliveries wake their endpoint's actor, endpoint changes refresh it,
-//! shard grants rebalance the actors. Called inside the state machine's
-//! apply, so it only enqueues messages and never blocks.
+//! shard grants rebalance the actors; what an apply tallied for this node
+//! goes into its lifecycle metrics. Called inside the state machine's
+//! apply, so it only enqueues messages and adds counts, and never blocks.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use hookraft_core::command::{Command, IngestResult, Response};
-use hookraft_core::ids::{DeliveryId, EndpointId};
+use hookraft_core::ids::{DeliveryId, EndpointId, NodeId};
 use hookraft_core::state::ClusterState;
+use hookraft_delivery::metrics::LifecycleMetrics;
 use hookraft_delivery::supervisor::SupervisorMsg;
 use hookraft_raft::ApplyObserver;
 use ractor::ActorRef;
@@ -19,6 +21,10 @@ use ractor::ActorRef;
 #[derive(Default)]
 pub struct SupervisorLink {
     pub supervisor: OnceLock<ActorRef<SupervisorMsg>>,
+    /// This node's id and lifecycle metrics, set with the supervisor: the
+    /// log replayed at start-up was counted by the process before, and
+    /// counting it again would show a restart as a burst of deliveries.
+    pub lifecycle: OnceLock<(NodeId, Arc<LifecycleMetrics>)>,
 }
 
 impl SupervisorLink {
@@ -34,6 +40,11 @@ impl ApplyObserver for SupervisorLink {
     /// The supervisor reads the state itself, outside the apply lock.
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
         self.route(command, response);
+        if let Some((node_id, metrics)) = self.lifecycle.get()
+            && let Some(tally) = state.tallies().of(*node_id)
+        {
+            metrics.record(tally);
+        }
         // What the apply made ready beyond its response: operational
         // events' deliveries, and ordered keys' new heads (their actors
         // parked them; a head still its key's, a retry, is not among them).

@@ -2,7 +2,6 @@
 //! batch of events committed together, and read.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::{Path, Request, State};
@@ -75,9 +74,9 @@ struct BatchAnswers<'a> {
 
 /// Counts a failed ingest request and turns its problem into the answer.
 fn rejected(ctx: &ApiContext, problem: Problem) -> Response {
-    ctx.metrics.events_rejected_total.fetch_add(1, Ordering::Relaxed);
+    ctx.metrics.events_rejected_total.inc();
     if problem.status == StatusCode::SERVICE_UNAVAILABLE && problem.slug != OVER_BUDGET {
-        ctx.metrics.ingest_unavailable_total.fetch_add(1, Ordering::Relaxed);
+        ctx.metrics.ingest_unavailable_total.inc();
     }
     problem.into_response()
 }
@@ -153,11 +152,10 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
     let started_ms = ctx.clock.monotonic_ms();
     let result = ctx.ingest.submit(event).await?;
     let m = &ctx.metrics;
-    m.commit_latency_count.fetch_add(1, Ordering::Relaxed);
-    m.commit_latency_sum_ms.fetch_add(ctx.clock.monotonic_ms().saturating_sub(started_ms), Ordering::Relaxed);
+    m.observe_commit_ms(ctx.clock.monotonic_ms().saturating_sub(started_ms));
     match result {
         IngestResult::Created { event_id, .. } => {
-            m.events_accepted_total.fetch_add(1, Ordering::Relaxed);
+            m.events_accepted_total.inc();
             answer(ctx, &event_id, false)
         }
         IngestResult::Duplicate { event_id } => answer(ctx, &event_id, true),
@@ -190,23 +188,22 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
     let started_ms = ctx.clock.monotonic_ms();
     let results = commit_batch(ctx, events).await?;
     let m = &ctx.metrics;
-    m.commit_latency_count.fetch_add(1, Ordering::Relaxed);
-    m.commit_latency_sum_ms.fetch_add(ctx.clock.monotonic_ms().saturating_sub(started_ms), Ordering::Relaxed);
+    m.observe_commit_ms(ctx.clock.monotonic_ms().saturating_sub(started_ms));
     let state = ctx.state.read();
     let mut answers = Vec::with_capacity(results.len());
     for result in &results {
         let (status, event_id) = match result {
             IngestResult::Created { event_id, .. } => {
-                m.events_accepted_total.fetch_add(1, Ordering::Relaxed);
+                m.events_accepted_total.inc();
                 (StatusCode::ACCEPTED, event_id)
             }
             IngestResult::Duplicate { event_id } => {
-                m.events_idempotent_replays_total.fetch_add(1, Ordering::Relaxed);
+                m.events_idempotent_replays_total.inc();
                 (StatusCode::OK, event_id)
             }
             // Deleted between the check above and the commit.
             IngestResult::UnknownEndpoint { endpoint_id } => {
-                m.events_rejected_total.fetch_add(1, Ordering::Relaxed);
+                m.events_rejected_total.inc();
                 let detail = format!("endpoint_ids: no endpoint {endpoint_id}");
                 answers.push(views::BatchAnswer::rejected(StatusCode::UNPROCESSABLE_ENTITY.as_u16(), detail));
                 continue;
@@ -302,7 +299,7 @@ fn answer(ctx: &ApiContext, event_id: &EventId, replay: bool) -> ApiResult<Respo
     let state = ctx.state.read();
     let body = axum::Json(ingest_answer(&state, event_id)?);
     if replay {
-        ctx.metrics.events_idempotent_replays_total.fetch_add(1, Ordering::Relaxed);
+        ctx.metrics.events_idempotent_replays_total.inc();
         let mut response = (StatusCode::OK, body).into_response();
         response.headers_mut().insert("idempotent-replay", HeaderValue::from_static("true"));
         Ok(response)

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -82,7 +81,7 @@ async fn receive(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>, req
                 StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS => &m.inbound_refused_total,
                 _ => &m.inbound_rejected_total,
             };
-            counter.fetch_add(1, Ordering::Relaxed);
+            counter.inc();
             problem.into_response()
         }
     }
@@ -127,7 +126,7 @@ async fn receive_inner(ctx: &ApiContext, id: &str, request: Request) -> ApiResul
     let _room = super::events::admit(ctx, std::slice::from_ref(&event))?;
     match ctx.ingest.submit(event).await? {
         IngestResult::Created { event_id, deliveries } => {
-            ctx.metrics.inbound_accepted_total.fetch_add(1, Ordering::Relaxed);
+            ctx.metrics.inbound_accepted_total.inc();
             Ok((StatusCode::OK, axum::Json(json!({"event_id": event_id, "deliveries": deliveries.len()}))))
         }
         IngestResult::Duplicate { event_id } => Ok(duplicate(ctx, event_id)),
@@ -138,7 +137,7 @@ async fn receive_inner(ctx: &ApiContext, id: &str, request: Request) -> ApiResul
 }
 
 fn duplicate(ctx: &ApiContext, event_id: EventId) -> (StatusCode, axum::Json<Value>) {
-    ctx.metrics.inbound_duplicates_total.fetch_add(1, Ordering::Relaxed);
+    ctx.metrics.inbound_duplicates_total.inc();
     (StatusCode::OK, axum::Json(json!({"event_id": event_id, "duplicate": true})))
 }
 

@@ -76,6 +76,9 @@ impl ClusterState {
                 delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: "endpoint disabled".into() });
                 self.index_dead(&id, &endpoint_id, true);
+                if let Some(node) = self.counting_node(&endpoint_id) {
+                    self.tallies.tally(node).add_dead_letter(super::tally::DeadReason::EndpointDisabled);
+                }
             } else {
                 self.index_delivery(&id, &endpoint_id, true);
             }

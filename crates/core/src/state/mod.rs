@@ -21,6 +21,7 @@ mod rewrap;
 mod sources;
 mod stale;
 pub mod stats;
+pub mod tally;
 mod usage;
 
 use std::collections::BTreeMap;
@@ -119,6 +120,11 @@ pub struct ClusterState {
     /// to this node, never encoded or compared (`state/stats.rs`).
     #[serde(skip)]
     stats: stats::Stats,
+    /// What the last apply did to deliveries' lifecycles, by the node that
+    /// counts it: derived, never encoded or compared, empty in a clone
+    /// (`state/tally.rs`).
+    #[serde(skip)]
+    tallies: tally::Tallies,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
@@ -208,11 +214,20 @@ impl From<Current> for ClusterState {
             inbound: encoded.inbound,
             to_wake: Default::default(),
             stats: Default::default(),
+            tallies: Default::default(),
         };
         state.recount_usage();
         state.numbered = state.counted_numbered();
         state
     }
+}
+
+/// The node that counts a change to a delivery of `endpoint` in its
+/// metrics: the owner of its shard, else the node with the lowest id
+/// (`state/tally.rs`). Of the fields, not the state, so it can be
+/// asked while a delivery is borrowed.
+fn counting_node(shards: &[ShardGrant], nodes: &BTreeMap<NodeId, NodeRecord>, endpoint: &EndpointId) -> Option<NodeId> {
+    shards[endpoint.shard() as usize].owner.or_else(|| nodes.keys().next().copied())
 }
 
 /// Every dead delivery by endpoint, by looking at each.
@@ -286,6 +301,7 @@ impl Default for ClusterState {
             inbound: InboundState::default(),
             to_wake: Default::default(),
             stats: Default::default(),
+            tallies: Default::default(),
         }
     }
 }
@@ -294,7 +310,21 @@ impl ClusterState {
     /// Applies one committed command.
     pub fn apply(&mut self, command: &Command) -> Response {
         self.to_wake.0.clear();
+        self.tallies.clear();
         self.apply_command(command)
+    }
+
+    /// What the last [`apply`](Self::apply) did to deliveries'
+    /// lifecycles, tallied for the node that counts each change (see
+    /// `state/tally.rs`).
+    pub fn tallies(&self) -> &tally::Tallies {
+        &self.tallies
+    }
+
+    /// The node that counts a change to a delivery of `endpoint` in its
+    /// metrics (see [`counting_node`]).
+    fn counting_node(&self, endpoint: &EndpointId) -> Option<NodeId> {
+        counting_node(&self.shards, &self.nodes, endpoint)
     }
 
     /// The deliveries the last [`apply`](Self::apply) made ready that its
@@ -363,14 +393,21 @@ impl ClusterState {
 
     /// Changes a delivery, copied first if a snapshot's clone still
     /// shares it, so the clone keeps the record as it was; counts its
-    /// footprint again (`usage().bytes`). `None` when there is no such
-    /// delivery.
+    /// footprint again (`usage().bytes`) and tallies a change of state
+    /// (`tallies()`). `None` when there is no such delivery.
     fn change_delivery<R>(&mut self, id: &DeliveryId, change: impl FnOnce(&mut Delivery) -> R) -> Option<R> {
         let delivery = Arc::make_mut(self.deliveries.get_mut(id)?);
         let before = delivery_bytes(delivery);
+        let (state_before, entered_ms) = (delivery.state, tally::entered_state_at_ms(delivery));
         let result = change(delivery);
         let after = delivery_bytes(delivery);
         let ordered = delivery.sequence != 0;
+        if delivery.state != state_before
+            && let Some(node) = counting_node(&self.shards, &self.nodes, &delivery.endpoint_id)
+        {
+            let moved_ms = tally::entered_state_at_ms(delivery);
+            self.tallies.tally(node).moved(state_before, entered_ms, delivery, moved_ms);
+        }
         self.recount_delivery(before, after);
         if ordered {
             self.place_ordered(id);

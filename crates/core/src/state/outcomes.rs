@@ -1,7 +1,7 @@
 //! Recording attempt outcomes under fencing tokens.
 
-use super::ClusterState;
 use super::operational::Kind;
+use super::{ClusterState, tally};
 use crate::breaker::BreakerStatus;
 use crate::command::{Outcome, Response};
 use crate::ids::NodeId;
@@ -30,6 +30,10 @@ impl ClusterState {
             }
         }
         self.outcomes_rejected_stale += u64::from(stale);
+        if stale > 0 {
+            // Counted for the node that sent them, which no longer owns the shard.
+            self.tallies.tally(node_id).stale_outcomes += u64::from(stale);
+        }
         Response::OutcomesApplied { applied, stale, ignored }
     }
 
@@ -57,6 +61,9 @@ impl ClusterState {
             // attempt off the delivery's retry budget.
             return Verdict::Ignored;
         }
+        let first_sent = tally::first_attempt_pending(delivery)
+            && !matches!(outcome.decision, Decision::Deferred { .. } | Decision::IgnoredStale { .. });
+        let created_at_ms = delivery.created_at_ms;
         let (still_active, gone) =
             match self.change_delivery(&outcome.delivery_id, |delivery| apply_outcome(delivery, outcome, now_ms)) {
                 Some(Applied::Changed { still_active, gone }) => (still_active, gone),
@@ -71,6 +78,14 @@ impl ClusterState {
                 }
                 None => return Verdict::Ignored,
             };
+        // The fence passed: `node_id` owns the shard and counts the attempt.
+        if first_sent {
+            let waited_ms = outcome.attempt.started_at_ms.saturating_sub(created_at_ms);
+            self.tallies.tally(node_id).to_first_attempt.observe(waited_ms);
+        }
+        if matches!(outcome.decision, Decision::Retry { .. } | Decision::LegacyRetry { .. }) {
+            self.tallies.tally(node_id).retries += 1;
+        }
         let delivery_id = outcome.delivery_id;
         let dead = matches!(outcome.decision, Decision::Dead { .. } | Decision::Gone);
         self.index_delivery(&delivery_id, &endpoint_id, still_active);

@@ -2,8 +2,9 @@
 //! `ingest` (fan-out, idempotency), `outcomes` (fencing, retries, 410,
 //! timelines), `replay`, `cluster` (heartbeats and grants), `replicas`
 //! (determinism across replicas, batches), `encoding` (the snapshot format
-//! of a delivery), `prune` (retention) and `usage` (the counters admission
-//! control reads). Shared fixtures are here.
+//! of a delivery), `prune` (retention), `usage` (the counters admission
+//! control reads) and `tally` (what each apply tallies for metrics).
+//! Shared fixtures are here.
 
 mod cluster;
 mod encoding;
@@ -17,6 +18,7 @@ mod replay;
 mod replicas;
 mod rewrap;
 mod sources;
+mod tally;
 mod usage;
 
 use super::*;
