@@ -17,6 +17,7 @@ mod replay;
 mod replicas;
 mod rewrap;
 mod sources;
+mod throughput;
 mod usage;
 
 use super::*;
