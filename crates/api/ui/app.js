@@ -34,6 +34,14 @@ const notFound = {
   },
 };
 
+function decoded(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
 // `#/deliveries?state=dead` → the page, its nav entry, its id and parameters.
 function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
@@ -43,7 +51,7 @@ function route() {
     const match = pattern.exec(path);
     if (!match) continue;
     const dead = nav === 'deliveries' && path === '/deliveries' && params.get('state') === 'dead';
-    return { page, nav: dead ? 'dead' : nav, id: match[1] && decodeURIComponent(match[1]), params };
+    return { page, nav: dead ? 'dead' : nav, id: match[1] && decoded(match[1]), params };
   }
   return { page: notFound, nav: '', params };
 }
@@ -79,14 +87,16 @@ function show() {
   fill(main, root);
   const view = r.page.mount(root, r, ctx);
   let running = null;
+  // One refresh at a time; a call during one waits for it and then reads
+  // afresh, so an action's result is never hidden by an older answer.
   const run = async () => {
-    if (running) return running;
+    while (running) await running;
     running = (async () => {
       try {
         await view.refresh();
         banner('');
       } catch (error) {
-        if (!(error instanceof ApiError) || error.status !== 401) banner(`This node answered: ${error.message}. Retrying.`);
+        if (!(error instanceof ApiError) || error.status !== 401) banner(`Could not refresh: ${error.message}. Retrying.`);
       } finally {
         tick(root);
         running = null;
