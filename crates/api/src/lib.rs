@@ -11,6 +11,8 @@
 //! - [`validate`]: endpoint settings checks. [`auth`]: the bearer token.
 //! - [`admission`]: the budgets that refuse ingest a node cannot absorb.
 //! - [`metrics`]: the node's Prometheus registry, rendered by `/metrics`.
+//! - [`routes::ui`]: the operator dashboard under `/ui`, static files
+//!   embedded in the binary, rendered in the browser from `/v1`.
 //!
 //! Handlers never touch Raft or actors: they read the replicated state and
 //! commit commands through the context.
@@ -43,12 +45,16 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(routes::cluster::router())
         .merge(routes::payloads::router())
         .merge(routes::sources::router())
+        .merge(routes::stats::router())
         .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token));
     Router::new()
         .merge(v1)
         .merge(routes::health::router())
         // No token: the provider's signature authenticates each request.
         .merge(routes::inbound::router())
+        // No token: static files that hold no data; the pages call `/v1`
+        // with the operator's token from the browser.
+        .merge(routes::ui::router())
         .fallback(|| async { problem::Problem::not_found("no such route; see docs/API.md") })
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)

@@ -30,12 +30,18 @@ pub fn retry(policy: &RetryPolicy) -> Value {
     })
 }
 
-pub fn endpoint(e: &Endpoint) -> Value {
+/// An endpoint's circuit breaker: `closed`, `open` or `half_open`, and
+/// until when it stays open.
+pub fn breaker(e: &Endpoint) -> Value {
     let state = match e.breaker.status() {
         BreakerStatus::Closed => "closed",
         BreakerStatus::Open => "open",
         BreakerStatus::HalfOpen => "half_open",
     };
+    json!({"state": state, "open_until": opt_ts(e.breaker.open_until_ms())})
+}
+
+pub fn endpoint(e: &Endpoint) -> Value {
     json!({
         "id": e.id,
         "url": e.url,
@@ -48,7 +54,7 @@ pub fn endpoint(e: &Endpoint) -> Value {
         "retry": retry(&e.retry),
         "disabled": e.disabled,
         "disabled_reason": e.disabled_reason,
-        "breaker": {"state": state, "open_until": opt_ts(e.breaker.open_until_ms())},
+        "breaker": breaker(e),
         "ordering": match e.ordering { Ordering::None => "none", Ordering::PerKey { .. } => "per_key" },
         "on_dead": e.ordering.on_dead().map(|d| match d { OnDead::Block => "block", OnDead::Skip => "skip" }),
         "sources": e.sources.iter().map(|s| if *s == hookraft_core::ids::SourceId::OPERATIONAL {

@@ -51,6 +51,12 @@ impl InFlightRegistry {
         self.lock().len()
     }
 
+    /// The deliveries under way now, copied out (at most the endpoints'
+    /// `max_in_flight` summed), for counting them per endpoint.
+    pub fn ids(&self) -> Vec<DeliveryId> {
+        self.lock().iter().copied().collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

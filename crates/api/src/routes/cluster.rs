@@ -56,7 +56,7 @@ async fn status(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
         .shards
         .iter()
         .enumerate()
-        .map(|(shard, g)| json!({ "shard": shard, "owner": g.owner, "token": g.token }))
+        .map(|(shard, g)| json!({ "shard": shard, "owner": g.owner, "token": g.token, "next_owner": g.next_owner }))
         .collect();
     axum::Json(json!({
         "node_id": ctx.node_id,

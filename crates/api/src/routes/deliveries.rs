@@ -38,8 +38,31 @@ struct ListQuery {
     state: Option<String>,
     endpoint_id: Option<String>,
     event_id: Option<String>,
+    r#type: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    order: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
+}
+
+/// `since` or `until` as a time of creation; `None` when absent.
+fn time_of(field: &str, value: Option<&str>) -> ApiResult<Option<u64>> {
+    value
+        .map(|v| {
+            hookraft_core::clock::parse_rfc3339_ms(v)
+                .ok_or_else(|| Problem::malformed(format!("{field}: `{v}` is not an RFC 3339 time")))
+        })
+        .transpose()
+}
+
+/// `order`: `oldest` first (the default) or `newest` first.
+fn newest_first(order: Option<&str>) -> ApiResult<bool> {
+    match order {
+        None | Some("oldest") => Ok(false),
+        Some("newest") => Ok(true),
+        Some(other) => Err(Problem::malformed(format!("order must be `oldest` or `newest`, got `{other}`"))),
+    }
 }
 
 async fn list(
@@ -66,15 +89,22 @@ async fn list(
             .filter(|l| (1..=LIMIT_MAX).contains(l))
             .ok_or_else(|| Problem::malformed(format!("limit must be between 1 and {LIMIT_MAX}, got `{l}`")))?,
     };
-    let after: Bound<DeliveryId> = match q.cursor.as_deref() {
-        None | Some("") => Bound::Unbounded,
-        Some(c) => Bound::Excluded(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
+    let cursor: Option<DeliveryId> = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => Some(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
     };
+    let since_ms = time_of("since", q.since.as_deref())?.unwrap_or(0);
+    let until_ms = time_of("until", q.until.as_deref())?.unwrap_or(u64::MAX);
+    let newest = newest_first(q.order.as_deref())?;
+    // Past the cursor in the order asked for.
+    let beyond = |id: &DeliveryId| cursor.as_ref().is_none_or(|c| if newest { id < c } else { id > c });
 
     let state = ctx.state.read();
     let keep = |d: &Delivery| {
         endpoint.as_ref().is_none_or(|e| &d.endpoint_id == e)
             && event.as_ref().is_none_or(|e| &d.event_id == e)
+            && (since_ms..until_ms).contains(&d.created_at_ms)
+            && q.r#type.as_deref().is_none_or(|t| event_type(&state, d) == Some(t))
             && state_filter.is_none_or(|s| views::effective_state(&ctx, d) == s)
     };
     let page = match (&event, &endpoint, state_filter) {
@@ -82,25 +112,47 @@ async fn list(
         (Some(event), _, _) => {
             let mut ids: Vec<DeliveryId> = state.events.get(event).map(|e| e.deliveries.to_vec()).unwrap_or_default();
             ids.sort_unstable();
-            let ids = ids.into_iter().filter(|id| after_cursor(&after, id));
+            if newest {
+                ids.reverse();
+            }
+            let ids = ids.into_iter().filter(|id| beyond(id));
             page_of(ids.filter_map(|id| state.deliveries.get(&id).map(|d| &**d)), keep, limit, LIST_SCAN_MAX)
         }
         // The dead-letter queue of one endpoint: its index.
-        (None, Some(endpoint), Some(DeliveryState::Dead)) => {
-            let cursor = match &after {
-                Bound::Excluded(id) => Some(id),
-                _ => None,
-            };
-            let dead = state.dead_of(endpoint, cursor).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+        (None, Some(endpoint), Some(DeliveryState::Dead)) if !newest => {
+            let dead = state.dead_of(endpoint, cursor.as_ref()).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
             page_of(dead, keep, limit, LIST_SCAN_MAX)
         }
+        (None, Some(endpoint), Some(DeliveryState::Dead)) => {
+            let dead = state.dead_of_newest_first(endpoint, cursor.as_ref());
+            page_of(dead.filter_map(|id| state.deliveries.get(id).map(|d| &**d)), keep, limit, LIST_SCAN_MAX)
+        }
+        _ if newest => {
+            let upper = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+            let all = state.deliveries.range((Bound::Unbounded, upper)).rev().map(|(_, d)| &**d);
+            page_of(all, keep, limit, LIST_SCAN_MAX)
+        }
         _ => {
-            let all = state.deliveries.range((after, Bound::Unbounded)).map(|(_, d)| &**d);
+            let lower = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+            let all = state.deliveries.range((lower, Bound::Unbounded)).map(|(_, d)| &**d);
             page_of(all, keep, limit, LIST_SCAN_MAX)
         }
     };
-    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, state.ordering_key(d), None)).collect();
+    let data: Vec<Value> = page
+        .rows
+        .iter()
+        .map(|d| {
+            let mut view = views::delivery(&ctx, d, state.ordering_key(d), None);
+            view["event_type"] = json!(event_type(&state, d));
+            view
+        })
+        .collect();
     Ok(axum::Json(json!({ "data": data, "next_cursor": page.next_cursor })))
+}
+
+/// The type of a delivery's event (`None` once the event is gone).
+fn event_type<'a>(state: &'a hookraft_core::state::ClusterState, d: &Delivery) -> Option<&'a str> {
+    state.events.get(&d.event_id).map(|e| &*e.event_type)
 }
 
 /// Deliveries one listing looks at, at most, filtered or not: a filter that
@@ -113,13 +165,6 @@ pub const LIST_SCAN_MAX: usize = 10_000;
 struct Page<'a> {
     rows: Vec<&'a Delivery>,
     next_cursor: Option<DeliveryId>,
-}
-
-fn after_cursor(after: &Bound<DeliveryId>, id: &DeliveryId) -> bool {
-    match after {
-        Bound::Excluded(cursor) => id > cursor,
-        _ => true,
-    }
 }
 
 /// Up to `limit` of `candidates` (in id order) that `keep` keeps, looking

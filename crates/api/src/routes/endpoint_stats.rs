@@ -48,6 +48,7 @@ fn counts_view(counts: &Counts) -> Value {
 async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
     let id: EndpointId = parse_id(&id)?;
     let now_ms = ctx.clock.wall_ms();
+    let in_flight_ids = ctx.in_flight.ids();
     let state = ctx.state.read();
     if !state.endpoints.contains_key(&id) {
         return Err(Problem::not_found(format!("no endpoint {id}")));
@@ -58,5 +59,14 @@ async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Ap
         let counts = stats.map(|s| s.window(now_ms, length_ms)).unwrap_or_default();
         windows.insert(name.to_string(), counts_view(&counts));
     }
-    Ok(axum::Json(json!({"endpoint_id": id, "node_id": ctx.node_id, "windows": windows})))
+    let mut view = json!({
+        "endpoint_id": id,
+        "node_id": ctx.node_id,
+        "windows": windows,
+        "sender_node_id": state.grant_for(&id).owner,
+        "last_error": stats.and_then(|s| s.last_error()).map(super::stats::last_error_view),
+    });
+    let in_flight = super::stats::in_flight_by_endpoint(&state, &in_flight_ids).get(&id).copied().unwrap_or(0);
+    super::stats::work_view(&state, &id, in_flight, &mut view);
+    Ok(axum::Json(view))
 }

@@ -12,6 +12,8 @@ pub mod inbound;
 pub mod internal;
 pub mod payloads;
 pub mod sources;
+pub mod stats;
+pub mod ui;
 
 use std::str::FromStr;
 

@@ -136,7 +136,7 @@ impl ClusterState {
                 delivery.updated_at_ms = now_ms;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: reason.to_string() });
             });
-            self.index_dead(&delivery_id, id, true);
+            self.mark_dead(&delivery_id, id, now_ms);
         }
     }
 }

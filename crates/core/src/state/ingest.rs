@@ -75,7 +75,7 @@ impl ClusterState {
                 delivery.initial_state = DeliveryState::Dead;
                 delivery.next_attempt_at_ms = OptionalMs::NONE;
                 delivery.push_timeline(TimelineEntry::Dead { at_ms: now_ms, reason: "endpoint disabled".into() });
-                self.index_dead(&id, &endpoint_id, true);
+                self.mark_dead(&id, &endpoint_id, now_ms);
                 if let Some(node) = self.counting_node(&endpoint_id) {
                     self.tallies.tally(node).add_dead_letter(super::tally::DeadReason::EndpointDisabled);
                 }
@@ -112,6 +112,7 @@ impl ClusterState {
             // rule. Placed after the event is in: the key is the event's.
             self.place_ordered(id);
         }
+        self.throughput.note(super::throughput::Flow::Accepted, now_ms);
         IngestResult::Created { event_id: new.id, deliveries: created }
     }
 }

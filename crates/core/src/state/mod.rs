@@ -22,6 +22,7 @@ mod sources;
 mod stale;
 pub mod stats;
 pub mod tally;
+pub mod throughput;
 mod usage;
 
 use std::collections::BTreeMap;
@@ -88,7 +89,7 @@ pub struct ClusterState {
     /// deliveries walk instead of every delivery. Derived from
     /// `deliveries`: never encoded, rebuilt after a decode ([`Encoded`]),
     /// kept up to date by every apply that makes a delivery dead or takes
-    /// one out of that state (`index_dead`).
+    /// one out of that state (`mark_dead`, `unmark_dead`).
     #[serde(skip)]
     dead: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
     /// Pending deliveries and the estimated bytes of retained state,
@@ -125,6 +126,11 @@ pub struct ClusterState {
     /// (`state/tally.rs`).
     #[serde(skip)]
     tallies: tally::Tallies,
+    /// The cluster's events accepted and deliveries delivered, retried and
+    /// dead-lettered per minute, counted by apply: derived, never encoded
+    /// or compared (`state/throughput.rs`).
+    #[serde(skip)]
+    throughput: throughput::Throughput,
 }
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
@@ -215,6 +221,7 @@ impl From<Current> for ClusterState {
             to_wake: Default::default(),
             stats: Default::default(),
             tallies: Default::default(),
+            throughput: Default::default(),
         };
         state.recount_usage();
         state.numbered = state.counted_numbered();
@@ -302,6 +309,7 @@ impl Default for ClusterState {
             to_wake: Default::default(),
             stats: Default::default(),
             tallies: Default::default(),
+            throughput: Default::default(),
         }
     }
 }
@@ -338,6 +346,22 @@ impl ClusterState {
     /// `endpoint`'s recent attempts as this node counted them.
     pub fn endpoint_stats(&self, endpoint: &EndpointId) -> Option<&stats::EndpointStats> {
         self.stats.of(endpoint)
+    }
+
+    /// The cluster's flows per minute, as this node counted them.
+    pub fn throughput(&self) -> &throughput::Throughput {
+        &self.throughput
+    }
+
+    /// How many dead deliveries `endpoint` has, from the dead index.
+    pub fn dead_count_of(&self, endpoint: &EndpointId) -> usize {
+        self.dead.get(endpoint).map_or(0, DenseSet::len)
+    }
+
+    /// How many dead deliveries the state holds, deleted endpoints' too:
+    /// one look per endpoint with any.
+    pub fn dead_count(&self) -> usize {
+        self.dead.values().map(DenseSet::len).sum()
     }
 
     fn apply_command(&mut self, command: &Command) -> Response {
@@ -449,11 +473,17 @@ impl ClusterState {
         }
     }
 
-    /// Marks a delivery dead or not in the per-endpoint dead index.
-    fn index_dead(&mut self, delivery: &DeliveryId, endpoint: &EndpointId, dead: bool) {
-        if dead {
-            self.dead.entry(*endpoint).or_default().insert(*delivery);
-        } else if let Some(set) = self.dead.get_mut(endpoint) {
+    /// Marks a delivery that just became dead, at `now_ms`: in the dead
+    /// index, and in the minute's throughput.
+    fn mark_dead(&mut self, delivery: &DeliveryId, endpoint: &EndpointId, now_ms: u64) {
+        if self.dead.entry(*endpoint).or_default().insert(*delivery) {
+            self.throughput.note(throughput::Flow::Dead, now_ms);
+        }
+    }
+
+    /// Takes a delivery that is no longer dead out of the dead index.
+    fn unmark_dead(&mut self, delivery: &DeliveryId, endpoint: &EndpointId) {
+        if let Some(set) = self.dead.get_mut(endpoint) {
             set.remove(delivery);
             if set.is_empty() {
                 self.dead.remove(endpoint);
@@ -468,6 +498,18 @@ impl ClusterState {
         use std::ops::Bound;
         let from = after.map_or(Bound::Unbounded, |id| Bound::Excluded(*id));
         self.dead.get(endpoint).into_iter().flat_map(move |set| set.range((from, Bound::Unbounded)))
+    }
+
+    /// The dead deliveries of `endpoint` with ids below `before` (all of
+    /// them without one), newest first, from the index.
+    pub fn dead_of_newest_first(
+        &self,
+        endpoint: &EndpointId,
+        before: Option<&DeliveryId>,
+    ) -> impl Iterator<Item = &DeliveryId> + '_ {
+        use std::ops::Bound;
+        let to = before.map_or(Bound::Unbounded, |id| Bound::Excluded(*id));
+        self.dead.get(endpoint).into_iter().flat_map(move |set| set.range((Bound::Unbounded, to)).rev())
     }
 
     /// Checks the invariants that tie the maps together; used by tests and the

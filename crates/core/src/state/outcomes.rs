@@ -1,6 +1,7 @@
 //! Recording attempt outcomes under fencing tokens.
 
 use super::operational::Kind;
+use super::throughput::Flow;
 use super::{ClusterState, tally};
 use crate::breaker::BreakerStatus;
 use crate::command::{Outcome, Response};
@@ -70,7 +71,8 @@ impl ClusterState {
                 Some(Applied::Done(verdict)) => {
                     if verdict == Verdict::Applied {
                         // A success reached a dead delivery: it is delivered now.
-                        self.index_dead(&outcome.delivery_id, &endpoint_id, false);
+                        self.unmark_dead(&outcome.delivery_id, &endpoint_id);
+                        self.throughput.note(Flow::Delivered, now_ms);
                         self.note_if_delivered(&outcome.delivery_id);
                         self.note_health(&endpoint_id, outcome, now_ms);
                     }
@@ -89,7 +91,14 @@ impl ClusterState {
         let delivery_id = outcome.delivery_id;
         let dead = matches!(outcome.decision, Decision::Dead { .. } | Decision::Gone);
         self.index_delivery(&delivery_id, &endpoint_id, still_active);
-        self.index_dead(&delivery_id, &endpoint_id, dead);
+        if dead {
+            self.mark_dead(&delivery_id, &endpoint_id, now_ms);
+        }
+        match outcome.decision {
+            Decision::Delivered => self.throughput.note(Flow::Delivered, now_ms),
+            Decision::Retry { .. } | Decision::LegacyRetry { .. } => self.throughput.note(Flow::Retried, now_ms),
+            _ => {}
+        }
         let mut breaker_moved = None;
         let mut disabled_now = false;
         if let Some(endpoint) = self.endpoints.get_mut(&endpoint_id) {
@@ -126,7 +135,7 @@ impl ClusterState {
         }
         self.note_health(&endpoint_id, outcome, now_ms);
         if !matches!(outcome.decision, Decision::Deferred { .. } | Decision::IgnoredStale { .. }) {
-            self.stats.record(&endpoint_id, &outcome.attempt, now_ms);
+            self.stats.record(&endpoint_id, &delivery_id, &outcome.attempt, now_ms);
         }
         self.note_if_delivered(&delivery_id);
         Verdict::Applied

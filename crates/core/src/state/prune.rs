@@ -36,7 +36,7 @@ impl ClusterState {
                 if let Some(delivery) = self.deliveries.remove(delivery_id) {
                     self.forget_ordered(&delivery, &event);
                     if delivery.state == DeliveryState::Dead {
-                        self.index_dead(delivery_id, &delivery.endpoint_id, false);
+                        self.unmark_dead(delivery_id, &delivery.endpoint_id);
                     }
                     #[cfg(not(feature = "break"))]
                     debug_assert!(delivery.state.is_terminal());

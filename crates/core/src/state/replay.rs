@@ -143,7 +143,7 @@ impl ClusterState {
         });
         if changed.is_some() {
             self.index_delivery(id, endpoint_id, true);
-            self.index_dead(id, endpoint_id, false);
+            self.unmark_dead(id, endpoint_id);
         }
     }
 }

@@ -7,11 +7,12 @@
 //! from the outcomes it applied since it started (its log since the last
 //! snapshot included) or installed a snapshot. Attempts that were not
 //! sent are not counted. Each endpoint holds at most
-//! [`MINUTE_BUCKETS`] + [`HOUR_BUCKETS`] buckets.
+//! [`MINUTE_BUCKETS`] + [`HOUR_BUCKETS`] buckets and its last failed
+//! attempt ([`LastError`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::ids::EndpointId;
+use crate::ids::{DeliveryId, EndpointId};
 use crate::model::AttemptRecord;
 
 /// Upper bounds (ms) of the latency histogram's buckets; one more counts
@@ -146,14 +147,30 @@ impl Series {
     }
 }
 
+/// An endpoint's most recent failed attempt, for an operator to see what
+/// is wrong without opening a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastError {
+    pub at_ms: u64,
+    pub delivery_id: DeliveryId,
+    /// Status, error and response excerpt (1 KiB at most) as recorded.
+    pub attempt: AttemptRecord,
+}
+
 /// One endpoint's recent attempts.
 #[derive(Debug, Clone, Default)]
 pub struct EndpointStats {
     minutes: Series,
     hours: Series,
+    last_error: Option<Box<LastError>>,
 }
 
 impl EndpointStats {
+    /// The last attempt that did not succeed, whenever it was.
+    pub fn last_error(&self) -> Option<&LastError> {
+        self.last_error.as_deref()
+    }
+
     /// The attempts of the last `window_ms` before `now_ms`, counted from
     /// whole buckets: minutes for an hour or less, hours beyond.
     pub fn window(&self, now_ms: u64, window_ms: u64) -> Counts {
@@ -174,9 +191,19 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(super) fn record(&mut self, endpoint: &EndpointId, attempt: &AttemptRecord, now_ms: u64) {
+    pub(super) fn record(
+        &mut self,
+        endpoint: &EndpointId,
+        delivery: &DeliveryId,
+        attempt: &AttemptRecord,
+        now_ms: u64,
+    ) {
         let stats = self.endpoints.entry(*endpoint).or_default();
         let class = Class::of(attempt);
+        if class != Class::Success {
+            stats.last_error =
+                Some(Box::new(LastError { at_ms: now_ms, delivery_id: *delivery, attempt: attempt.clone() }));
+        }
         stats.minutes.add(now_ms, MINUTE_MS, MINUTE_BUCKETS, class, attempt.latency_ms);
         stats.hours.add(now_ms, HOUR_MS, HOUR_BUCKETS, class, attempt.latency_ms);
     }
@@ -221,16 +248,37 @@ mod tests {
         }
     }
 
+    fn delivery() -> DeliveryId {
+        DeliveryId::parse("dlv_01ARZ3NDEKTSV4RRFFQ69G5FAV").expect("id")
+    }
+
+    #[test]
+    fn the_last_failed_attempt_is_kept_and_a_success_does_not_replace_it() {
+        let mut stats = Stats::default();
+        let id = EndpointId::parse("ep_01ARZ3NDEKTSV4RRFFQ69G5FAV").expect("id");
+        stats.record(&id, &delivery(), &attempt(Some(200), None, 4), 1_000);
+        assert_eq!(stats.of(&id).and_then(EndpointStats::last_error), None, "no failure yet");
+        let failed = attempt(Some(503), None, 40);
+        stats.record(&id, &delivery(), &failed, 2_000);
+        stats.record(&id, &delivery(), &attempt(Some(204), None, 4), 3_000);
+        let last = stats.of(&id).and_then(EndpointStats::last_error).expect("kept");
+        assert_eq!((last.at_ms, last.delivery_id, &last.attempt), (2_000, delivery(), &failed));
+        stats.record(&id, &delivery(), &attempt(None, Some("timeout"), 15_000), 4_000);
+        let last = stats.of(&id).and_then(EndpointStats::last_error).expect("kept");
+        assert_eq!((last.at_ms, last.attempt.error.as_deref()), (4_000, Some("timeout")));
+    }
+
     #[test]
     fn attempts_are_classed_counted_and_windowed() {
         let mut stats = Stats::default();
         let id = EndpointId::parse("ep_01ARZ3NDEKTSV4RRFFQ69G5FAV").expect("id");
+        let d = delivery();
         let base = 10 * HOUR_MS;
-        stats.record(&id, &attempt(Some(200), None, 4), base);
-        stats.record(&id, &attempt(Some(503), None, 40), base + 1_000);
-        stats.record(&id, &attempt(None, Some("timeout"), 15_000), base + 2 * MINUTE_MS);
-        stats.record(&id, &attempt(None, Some("connect: refused"), 1), base + 30 * MINUTE_MS);
-        stats.record(&id, &attempt(Some(404), None, 7), base + 2 * HOUR_MS);
+        stats.record(&id, &d, &attempt(Some(200), None, 4), base);
+        stats.record(&id, &d, &attempt(Some(503), None, 40), base + 1_000);
+        stats.record(&id, &d, &attempt(None, Some("timeout"), 15_000), base + 2 * MINUTE_MS);
+        stats.record(&id, &d, &attempt(None, Some("connect: refused"), 1), base + 30 * MINUTE_MS);
+        stats.record(&id, &d, &attempt(Some(404), None, 7), base + 2 * HOUR_MS);
         let now = base + 2 * HOUR_MS + 1;
         let endpoint = stats.of(&id).expect("counted");
         let hour = endpoint.window(now, HOUR_MS);
@@ -250,7 +298,7 @@ mod tests {
         let mut stats = Stats::default();
         let id = EndpointId::parse("ep_01ARZ3NDEKTSV4RRFFQ69G5FAV").expect("id");
         for hour in 0..100 {
-            stats.record(&id, &attempt(Some(200), None, 1), hour * HOUR_MS);
+            stats.record(&id, &delivery(), &attempt(Some(200), None, 1), hour * HOUR_MS);
         }
         let endpoint = stats.of(&id).expect("counted");
         assert_eq!((endpoint.minutes.buckets.len(), endpoint.hours.buckets.len()), (60, 24));

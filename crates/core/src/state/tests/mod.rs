@@ -19,6 +19,7 @@ mod replicas;
 mod rewrap;
 mod sources;
 mod tally;
+mod throughput;
 mod usage;
 
 use super::*;

@@ -1,0 +1,289 @@
+//! `GET /v1/stats` (the cluster's events accepted and deliveries delivered,
+//! retried and dead per minute over the last hour, with the queue and the
+//! dead letters held) and `GET /v1/stats/endpoints` (every endpoint's
+//! health in one paged listing): what an operator looks at first, and what
+//! the dashboard draws.
+//!
+//! Everything here is read from this node's replica: the per-minute counts
+//! and the attempt statistics are counted by apply
+//! (`hookraft_core::state::{throughput, stats}`), so every node answers
+//! alike, except `in_flight`, which only the node sending for an endpoint
+//! knows (`sender_node_id` says which node that is).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::routing::get;
+use hookraft_core::clock::format_rfc3339_ms;
+use hookraft_core::ids::EndpointId;
+use hookraft_core::model::Endpoint;
+use hookraft_core::state::ClusterState;
+use hookraft_core::state::stats::{Counts, LastError};
+use hookraft_core::state::throughput::{THROUGHPUT_MINUTES, Tally};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::context::ApiContext;
+use crate::problem::{ApiResult, Problem};
+use crate::views;
+
+/// Page size bounds of `GET /v1/stats/endpoints`.
+pub const HEALTH_LIMIT_DEFAULT: usize = 100;
+pub const HEALTH_LIMIT_MAX: usize = 1_000;
+/// The window of an endpoint's success rate and latency in the listing.
+const HEALTH_WINDOW_MS: u64 = 3_600_000;
+
+pub fn router() -> Router<Arc<ApiContext>> {
+    Router::new().route("/v1/stats", get(overview)).route("/v1/stats/endpoints", get(endpoints))
+}
+
+async fn overview(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+    let now_ms = ctx.clock.wall_ms();
+    let state = ctx.state.read();
+    let minutes = state.throughput().per_minute(now_ms, THROUGHPUT_MINUTES);
+    axum::Json(json!({
+        "node_id": ctx.node_id,
+        "minutes": minutes.iter().map(|(start, tally)| minute_view(*start, tally)).collect::<Vec<_>>(),
+        "last_hour": tally_view(&total(&minutes)),
+        "queue_depth": state.usage().pending,
+        "dead": state.dead_count(),
+        "endpoints": state.endpoints.len(),
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthQuery {
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+async fn endpoints(
+    State(ctx): State<Arc<ApiContext>>,
+    query: Result<Query<HealthQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<axum::Json<Value>> {
+    let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
+    let limit =
+        match q.limit.as_deref() {
+            None => HEALTH_LIMIT_DEFAULT,
+            Some(l) => l.parse::<usize>().ok().filter(|l| (1..=HEALTH_LIMIT_MAX).contains(l)).ok_or_else(|| {
+                Problem::malformed(format!("limit must be between 1 and {HEALTH_LIMIT_MAX}, got `{l}`"))
+            })?,
+        };
+    let after: Bound<EndpointId> = match q.cursor.as_deref() {
+        None | Some("") => Bound::Unbounded,
+        Some(c) => Bound::Excluded(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
+    };
+    let now_ms = ctx.clock.wall_ms();
+    let in_flight_ids = ctx.in_flight.ids();
+    let state = ctx.state.read();
+    let in_flight = in_flight_by_endpoint(&state, &in_flight_ids);
+    let mut page = state.endpoints.range((after, Bound::Unbounded));
+    let data: Vec<Value> = page
+        .by_ref()
+        .take(limit)
+        .map(|(id, endpoint)| health(&state, endpoint, in_flight.get(id).copied().unwrap_or(0), now_ms))
+        .collect();
+    let next_cursor = match page.next() {
+        Some(_) => data.last().map(|row| row["endpoint_id"].clone()),
+        None => None,
+    };
+    Ok(axum::Json(json!({ "node_id": ctx.node_id, "data": data, "next_cursor": next_cursor })))
+}
+
+/// How many attempts this node has under way for each endpoint.
+pub(crate) fn in_flight_by_endpoint(
+    state: &ClusterState,
+    in_flight: &[hookraft_core::ids::DeliveryId],
+) -> BTreeMap<EndpointId, usize> {
+    let mut counts = BTreeMap::new();
+    for delivery in in_flight.iter().filter_map(|id| state.deliveries.get(id)) {
+        *counts.entry(delivery.endpoint_id).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// One endpoint's health: its state, breaker and disabled reason, success
+/// rate and latency over the last hour, work under way, queued and dead,
+/// and its last failed attempt.
+pub(crate) fn health(state: &ClusterState, endpoint: &Endpoint, in_flight: usize, now_ms: u64) -> Value {
+    let id = &endpoint.id;
+    let stats = state.endpoint_stats(id);
+    let hour = stats.map(|s| s.window(now_ms, HEALTH_WINDOW_MS)).unwrap_or_default();
+    let mut view = json!({
+        "endpoint_id": id,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "disabled": endpoint.disabled,
+        "disabled_reason": endpoint.disabled_reason,
+        "breaker": views::breaker(endpoint),
+        "failing_since": endpoint.failing_since_ms.map(format_rfc3339_ms),
+        "last_hour": hour_view(&hour),
+        "sender_node_id": state.grant_for(id).owner,
+        "last_error": stats.and_then(|s| s.last_error()).map(last_error_view),
+    });
+    work_view(state, id, in_flight, &mut view);
+    view
+}
+
+/// Adds an endpoint's work counts to `view`: attempts under way on this
+/// node, deliveries queued (pending or retrying) and dead.
+pub(crate) fn work_view(state: &ClusterState, id: &EndpointId, in_flight: usize, view: &mut Value) {
+    view["in_flight"] = json!(in_flight);
+    view["queue_depth"] = json!(state.active.get(id).map_or(0, |a| a.len()));
+    view["dead"] = json!(state.dead_count_of(id));
+}
+
+fn hour_view(counts: &Counts) -> Value {
+    json!({
+        "attempts": counts.attempts,
+        "success_rate": (counts.attempts > 0).then(|| counts.successes as f64 / counts.attempts as f64),
+        "latency_ms": {"p50": counts.latency_quantile_ms(0.5), "p99": counts.latency_quantile_ms(0.99)},
+    })
+}
+
+/// The last failed attempt, as a timeline's `attempt` entry shows one.
+pub(crate) fn last_error_view(last: &LastError) -> Value {
+    let a = &last.attempt;
+    json!({
+        "at": format_rfc3339_ms(last.at_ms),
+        "delivery_id": last.delivery_id,
+        "status_code": a.status_code,
+        "error": a.error,
+        "latency_ms": a.latency_ms,
+        "node_id": a.node_id,
+        "response_body": a.response_excerpt,
+    })
+}
+
+fn tally_view(tally: &Tally) -> Value {
+    json!({"accepted": tally.accepted, "delivered": tally.delivered, "retried": tally.retried, "dead": tally.dead})
+}
+
+fn minute_view(start_ms: u64, tally: &Tally) -> Value {
+    let mut view = tally_view(tally);
+    view["at"] = json!(format_rfc3339_ms(start_ms));
+    view
+}
+
+fn total(minutes: &[(u64, Tally)]) -> Tally {
+    minutes.iter().fold(Tally::default(), |sum, (_, t)| Tally {
+        accepted: sum.accepted + t.accepted,
+        delivered: sum.delivered + t.delivered,
+        retried: sum.retried + t.retried,
+        dead: sum.dead + t.dead,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookraft_core::command::{Command, IngestResult, NewEvent, Outcome, Response};
+    use hookraft_core::ids::{DeliveryId, EventId, SHARD_COUNT};
+    use hookraft_core::model::AttemptRecord;
+    use hookraft_core::retry::{Decision, RetryRule};
+    use hookraft_core::signing::Secret;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    /// One endpoint on shards owned by node 1, two deliveries to it; the
+    /// first failed once with a 503 and waits for its retry.
+    fn one_failure() -> (ClusterState, EndpointId, Vec<DeliveryId>) {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut state = ClusterState::default();
+        state.apply(&Command::AssignShards { now_ms: 1, grants: (0..SHARD_COUNT).map(|s| (s, 1)).collect() });
+        let id = EndpointId::generate(1, &mut rng);
+        let secret = Secret::from_key(vec![7; 32]).expect("secret");
+        let endpoint = Endpoint::new(id, "https://example.com/hook".into(), secret, 1);
+        state.apply(&Command::RegisterEndpoint { endpoint: Box::new(endpoint) });
+        let events = (0..2)
+            .map(|_| NewEvent {
+                id: EventId::generate(10, &mut rng),
+                event_type: "t".into(),
+                payload: "{}".into(),
+                idempotency_key: None,
+                endpoint_ids: None,
+                ordering_key: None,
+                inbound: None,
+            })
+            .collect();
+        let Response::Ingested { results } = state.apply(&Command::IngestEvents { now_ms: 10, events }) else {
+            panic!("ingested")
+        };
+        let deliveries: Vec<DeliveryId> = results
+            .into_iter()
+            .flat_map(|r| match r {
+                IngestResult::Created { deliveries, .. } => deliveries,
+                other => panic!("{other:?}"),
+            })
+            .map(|(d, _)| d)
+            .collect();
+        let token = state.grant_for(&id).token;
+        let attempt = AttemptRecord {
+            node_id: 1,
+            fencing_token: token,
+            started_at_ms: 20,
+            latency_ms: 40,
+            status_code: Some(503),
+            error: None,
+            response_excerpt: Some("busy".into()),
+        };
+        let outcome = Outcome {
+            delivery_id: deliveries[0],
+            shard: id.shard(),
+            token,
+            attempt,
+            decision: Decision::Retry { at_ms: 5_000, rule: RetryRule::Backoff },
+            breaker: None,
+        };
+        state.apply(&Command::RecordOutcomes { node_id: 1, now_ms: 60, outcomes: vec![outcome] });
+        (state, id, deliveries)
+    }
+
+    #[test]
+    fn an_endpoints_health_has_its_queue_its_last_failure_and_its_sender() {
+        let (state, id, deliveries) = one_failure();
+        let in_flight = in_flight_by_endpoint(&state, &deliveries[1..]);
+        assert_eq!(in_flight.get(&id), Some(&1));
+        let view = health(&state, &state.endpoints[&id], in_flight[&id], 1_000);
+        assert_eq!(
+            (view["queue_depth"].as_u64(), view["dead"].as_u64(), view["in_flight"].as_u64()),
+            (Some(2), Some(0), Some(1))
+        );
+        assert_eq!(view["sender_node_id"], 1);
+        assert_eq!(view["breaker"]["state"], "closed");
+        assert_eq!(view["last_hour"]["attempts"], 1);
+        assert_eq!(view["last_hour"]["success_rate"], 0.0);
+        let last = &view["last_error"];
+        assert_eq!((last["status_code"].as_u64(), last["response_body"].as_str()), (Some(503), Some("busy")), "{view}");
+        assert_eq!(last["delivery_id"], json!(deliveries[0]));
+        assert!(view.get("secret").is_none(), "no secret in a health row: {view}");
+        // A delivery id that is no longer in the state counts nowhere.
+        let gone = DeliveryId::parse("dlv_01ARZ3NDEKTSV4RRFFQ69G5FAV").expect("id");
+        assert!(in_flight_by_endpoint(&state, &[gone]).is_empty());
+    }
+
+    #[test]
+    fn a_minute_reads_as_its_start_and_its_four_counts_and_the_hour_sums_them() {
+        let minutes = [
+            (60_000, Tally { accepted: 3, delivered: 2, retried: 1, dead: 0 }),
+            (120_000, Tally { accepted: 1, delivered: 0, retried: 4, dead: 2 }),
+        ];
+        let view = minute_view(minutes[0].0, &minutes[0].1);
+        assert_eq!(
+            view,
+            json!({"at": "1970-01-01T00:01:00.000Z", "accepted": 3, "delivered": 2, "retried": 1, "dead": 0})
+        );
+        assert_eq!(total(&minutes), Tally { accepted: 4, delivered: 2, retried: 5, dead: 2 });
+        assert_eq!(total(&[]), Tally::default());
+    }
+
+    #[test]
+    fn an_hour_without_attempts_has_no_rate_and_no_latency() {
+        let view = hour_view(&Counts::default());
+        assert_eq!(view, json!({"attempts": 0, "success_rate": null, "latency_ms": {"p50": null, "p99": null}}));
+    }
+}
