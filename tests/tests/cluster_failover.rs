@@ -25,6 +25,10 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const FAILOVER_SLACK: Duration = Duration::from_secs(15);
 /// Stale-outcome metric (ARCHITECTURE §5).
 const STALE_METRIC: &str = "hookraft_outcomes_rejected_stale_total";
+/// Per node: outcomes it sent that apply refused as stale.
+const SENT_STALE_METRIC: &str = "hookraft_outcomes_sent_stale_total";
+/// Per node: times its lease lapsed.
+const LEASE_EXPIRIES_METRIC: &str = "hookraft_lease_expiries_total";
 
 fn retry_quick() -> Value {
     json!({"attempts_max": 50, "base_ms": 100, "cap_ms": 1000, "max_age_s": 3600})
@@ -295,6 +299,8 @@ async fn owner_paused_past_its_lease_loses_its_shards_and_its_late_outcomes_are_
         receiver.count("paused") >= IN_FLIGHT
     })
     .await;
+    let owner_expiries_before = cluster.metric(owner, LEASE_EXPIRIES_METRIC).await.unwrap_or(0.0);
+    let owner_sent_stale_before = cluster.metric(owner, SENT_STALE_METRIC).await.unwrap_or(0.0);
     cluster.sigstop(owner);
     let stopped_at = Instant::now();
     let last_request_at = receiver.requests("paused").iter().map(|r| r.received_at).max().expect("requests");
@@ -336,30 +342,29 @@ async fn owner_paused_past_its_lease_loses_its_shards_and_its_late_outcomes_are_
     // On waking, the owner races two things: the answers already in its
     // sockets complete its open attempts (their outcomes carry the old token
     // and must be rejected as stale), and its lease loop sees the lapsed lease
-    // and aborts whatever is still open. Either way no outcome under the old
-    // token may reach a timeline (checked below); when the first path wins,
-    // the stale counter shows the fence at work.
+    // and aborts whatever is still open. Which wins is up to the scheduler;
+    // both are asserted on what they leave. The lapse itself is certain (the
+    // pause outlasted two leases): the owner counts it.
+    eventually(DEADLINE, POLL_INTERVAL, "the resumed owner to count its lapsed lease", async || {
+        cluster.metric(owner, LEASE_EXPIRIES_METRIC).await.is_some_and(|n| n > owner_expiries_before)
+    })
+    .await;
+    // Every outcome the owner sent under its old token and the log refused
+    // is counted on the owner as sent stale and in the replicated state as
+    // rejected: once the owner has caught up, the two moved by the same
+    // amount (zero when the lease loop aborted every open attempt first).
     let stale_before = before.outcomes_rejected_stale;
-    let watch_until = tokio::time::Instant::now() + Duration::from_secs(15);
-    let mut stale = stale_before;
-    while stale <= stale_before && tokio::time::Instant::now() < watch_until {
-        tokio::time::sleep(POLL_INTERVAL).await;
-        stale = cluster.view(leader).await.outcomes_rejected_stale;
-    }
-    if stale > stale_before {
-        let metric = cluster.metric(leader, STALE_METRIC).await;
-        assert!(
-            metric.is_some_and(|m| m >= (stale - stale_before) as f64),
-            "{STALE_METRIC} = {metric:?}, view says {stale}"
-        );
-        println!(
-            "outcomes_rejected_stale: {stale_before} before the pause, {stale} after the resume ({STALE_METRIC} agrees)"
-        );
-    } else {
-        println!(
-            "the resumed owner aborted its open attempts when it saw its lease had lapsed; no late outcome was sent"
-        );
-    }
+    let mut moved = (0, 0.0);
+    eventually(DEADLINE, POLL_INTERVAL, "the owner's stale outcomes to match the state's", async || {
+        let rejected = cluster.view(leader).await.outcomes_rejected_stale - stale_before;
+        let sent = cluster.metric(owner, SENT_STALE_METRIC).await.unwrap_or(0.0) - owner_sent_stale_before;
+        moved = (rejected, sent);
+        sent == rejected as f64
+    })
+    .await;
+    let replicated = cluster.metric(leader, STALE_METRIC).await.expect("the leader exports the stale counter");
+    assert!(replicated >= (stale_before + moved.0) as f64, "{STALE_METRIC} = {replicated}, view moved by {}", moved.0);
+    println!("after the resume: {} outcomes rejected as stale, {} counted sent stale by the owner", moved.0, moved.1);
 
     for id in &delivery_ids {
         let delivery = get_delivery(cluster.node(leader), id).await;

@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hookraft_delivery::batcher::ProposeError;
+use hookraft_core::propose::ProposeError;
 use serde::Serialize;
 
 /// The slug of [`Problem::over_budget`].

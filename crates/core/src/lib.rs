@@ -3,6 +3,7 @@
 //! A tour:
 //! - [`clock`]: the clock seam and RFC 3339 formatting.
 //! - [`entropy`]: the seam for secrets and the random part of ids.
+//! - [`propose`]: the consensus seam, committing a command to the log.
 //! - [`redact`]: tokens and secrets that never show in `Debug`.
 //! - [`ids`]: typed, prefixed, time-ordered ids and the endpoint → shard hash.
 //! - [`signing`]: Standard Webhooks signatures (sign, verify, secrets).
@@ -36,6 +37,7 @@ pub mod lifecycle;
 pub mod model;
 pub mod ordering;
 pub mod payload;
+pub mod propose;
 pub mod ratelimit;
 pub mod rebalance;
 pub mod redact;

@@ -6,14 +6,13 @@
 //! would leave its deliveries queued in the log but forgotten here. The
 //! bounded channel in front pushes back on the actors meanwhile.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{Command, Outcome, Response};
 use hookraft_core::ids::NodeId;
+use hookraft_core::propose::{ProposeError, Proposer};
 use tokio::sync::mpsc;
 
 /// Outcomes committed in one log entry at most.
@@ -43,25 +42,6 @@ pub const OUTCOME_LINGER: Duration = Duration::from_millis(5);
 pub const OUTCOME_STREAM_MIN: usize = 8;
 const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
-
-/// A failure to commit a command.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ProposeError {
-    #[error("no leader is known; retry later")]
-    NoLeader,
-    #[error("the node is shutting down")]
-    ShuttingDown,
-    #[error("{0}")]
-    Other(String),
-}
-
-/// A boxed future for [`Proposer::propose`].
-pub type ProposeFuture<'a> = Pin<Box<dyn Future<Output = Result<Response, ProposeError>> + Send + 'a>>;
-
-/// Commits a command to the replicated log and returns its applied response.
-pub trait Proposer: Send + Sync + 'static {
-    fn propose(&self, command: Command) -> ProposeFuture<'_>;
-}
 
 /// Runs until every sender is dropped or the proposer shuts down.
 pub async fn run_outcome_batcher(
@@ -123,6 +103,7 @@ mod tests {
     use hookraft_core::command::Outcome;
     use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
     use hookraft_core::model::AttemptRecord;
+    use hookraft_core::propose::ProposeFuture;
     use hookraft_core::retry::Decision;
     use rand::SeedableRng;
 

@@ -15,7 +15,8 @@
 //! - [`endpoint_actor`]: the per-endpoint actor owning its [`queue`], breaker,
 //!   concurrency cap, rate limit and backoff.
 //! - [`attempt`]: building the signed request and the timeline record.
-//! - [`batcher`]: the outcome batcher and the [`batcher::Proposer`] seam.
+//! - [`batcher`]: the outcome batcher (it commits through
+//!   [`hookraft_core::propose::Proposer`]).
 //! - [`context`]: what the actors share; [`metrics`]: their counters.
 //!
 //! Delivery decisions (retry, breaker, rate limit, signing) live in

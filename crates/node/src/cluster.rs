@@ -10,8 +10,8 @@ use hookraft_api::routes::internal::{LocalWrite, LocalWriteError, LocalWriteFutu
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::NodeId;
+use hookraft_core::propose::{ProposeError, ProposeFuture, Proposer};
 use hookraft_core::redact::SecretString;
-use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
 use hookraft_raft::http_network::{ForwardError, forward_command};
 use hookraft_raft::rpc::Committed;
 

@@ -10,7 +10,7 @@ use hookraft_api::context::{Ingest, IngestBatchFuture, IngestFuture};
 use hookraft_core::clock::Clock;
 use hookraft_core::command::{Command, IngestResult, NewEvent, Response};
 use hookraft_core::ids::NodeId;
-use hookraft_delivery::batcher::{ProposeError, Proposer};
+use hookraft_core::propose::{ProposeError, Proposer};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Events committed in one log entry at most.

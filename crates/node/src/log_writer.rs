@@ -12,7 +12,7 @@
 
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::NodeId;
-use hookraft_delivery::batcher::ProposeError;
+use hookraft_core::propose::ProposeError;
 use hookraft_raft::Raft;
 use hookraft_raft::rpc::Committed;
 use openraft::error::{ClientWriteError, RaftError};

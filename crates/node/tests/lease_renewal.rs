@@ -12,7 +12,7 @@ use hookraft_core::Command;
 use hookraft_core::clock::Clock;
 use hookraft_core::command::NewEvent;
 use hookraft_core::ids::EventId;
-use hookraft_delivery::batcher::{ProposeError, ProposeFuture, Proposer};
+use hookraft_core::propose::{ProposeError, ProposeFuture, Proposer};
 use hookraft_delivery::supervisor::SupervisorMsg;
 use hookraft_node::lease::{Lease, LeaseLoop};
 use hookraft_raft::{Backend, HttpNetwork, MemDisk, Raft, raft_config};

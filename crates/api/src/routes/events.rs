@@ -11,8 +11,8 @@ use axum::routing::{get, post};
 use hookraft_core::command::{IngestResult, NewEvent};
 use hookraft_core::ids::{EndpointId, EventId};
 use hookraft_core::model::Delivery;
+use hookraft_core::propose::ProposeError;
 use hookraft_core::state::{ClusterState, Usage, new_event_bytes};
-use hookraft_delivery::batcher::ProposeError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
