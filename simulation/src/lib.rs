@@ -81,8 +81,10 @@ impl Break {
 
 /// Runs one seed to completion on a fresh single-threaded runtime.
 ///
-/// The deliberate bug (`broken`) is process-wide and stays set after the
-/// run: seeds running at once on several threads must all ask for the same.
+/// The deliberate bug (`broken`) is set on this thread, where the whole run
+/// happens (`hookraft_core::breaks` keeps its switches per thread), so
+/// seeds running at once on other threads may ask for other bugs; it stays
+/// set on this thread until the next run sets it again.
 pub fn run(options: Options, broken: Option<Break>) -> anyhow::Result<Report> {
     hookraft_raft::seed_thread_rng(options.seed);
     set_break(broken)?;
