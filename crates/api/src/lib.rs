@@ -74,8 +74,20 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
     Router::new()
         .merge(v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)))
         .merge(public)
-        .fallback(|| async { problem::Problem::not_found("no such route; see /docs or docs/API.md") })
+        .fallback(no_route)
         .layer(axum::middleware::map_response(problem::ensure_problem))
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)
+}
+
+/// What no route matches: a 404 problem. A path under `/ui/` deeper than
+/// one segment is answered as the dashboard answers a file it does not
+/// have, with its headers: its files are served at `/ui/{file}`, one
+/// segment, because the document can name no catch-all (`routes::ui`).
+async fn no_route(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match uri.path().strip_prefix("/ui/") {
+        Some(rest) => routes::ui::no_file(rest),
+        None => problem::Problem::not_found("no such route; see /docs or docs/API.md").into_response(),
+    }
 }

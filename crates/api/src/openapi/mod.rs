@@ -59,7 +59,11 @@ pub const CLUSTER_SECRET: &str = "clusterSecret";
             signature is the credential."),
         (name = "cluster", description = "The cluster's state and its administration (admin token under \
             `/v1/cluster/`), payload keys."),
+        (name = "stats", description = "What an operator looks at first, and what the dashboard draws: the \
+            cluster's flows per minute over the last hour, every endpoint's health."),
         (name = "operations", description = "Health, readiness, metrics, and this document."),
+        (name = "dashboard", description = "The operator dashboard: static files embedded in the binary, no \
+            token (they hold no data); the page calls `/v1` with the operator's token from the browser."),
         (name = "internal", description = "Node-to-node RPC: bincode bodies between the nodes of a cluster, \
             never for clients. Listed so the document names every route a node serves."),
     ),
@@ -70,6 +74,7 @@ pub const CLUSTER_SECRET: &str = "clusterSecret";
         crate::views::EventIdText,
         crate::views::DeliveryIdText,
         crate::views::SourceIdText,
+        crate::routes::ui::AssetName,
     ))
 )]
 struct Base;

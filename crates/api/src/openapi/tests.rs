@@ -10,7 +10,8 @@ use crate::problem::PROBLEM_TYPES;
 /// Every route a node serves. A route added with `routes!` shows up in the
 /// document by itself; this list makes adding one a visible change here
 /// and in docs/API.md.
-const ROUTES: [(&str, &str); 42] = [
+const ROUTES: [(&str, &str); 48] = [
+    ("get", "/"),
     ("get", "/docs"),
     ("get", "/healthz"),
     ("post", "/in/{source_id}"),
@@ -21,6 +22,9 @@ const ROUTES: [(&str, &str); 42] = [
     ("get", "/metrics"),
     ("get", "/openapi.json"),
     ("get", "/readyz"),
+    ("get", "/ui"),
+    ("get", "/ui/"),
+    ("get", "/ui/{file}"),
     ("get", "/v1/cluster"),
     ("post", "/v1/cluster/nodes"),
     ("delete", "/v1/cluster/nodes/{id}"),
@@ -53,6 +57,8 @@ const ROUTES: [(&str, &str); 42] = [
     ("get", "/v1/sources/{id}"),
     ("patch", "/v1/sources/{id}"),
     ("post", "/v1/sources/{id}/rotate-secret"),
+    ("get", "/v1/stats"),
+    ("get", "/v1/stats/endpoints"),
 ];
 
 const METHODS: [&str; 8] = ["get", "put", "post", "patch", "delete", "head", "options", "trace"];
@@ -129,7 +135,8 @@ fn every_operation_is_described_with_its_answers() {
         assert!(op["tags"][0].is_string(), "{at}: no tag");
         assert!(ids.insert(op["operationId"].as_str().expect("operationId").to_string()), "{at}: id taken");
         let responses = op["responses"].as_object().expect("responses");
-        assert!(responses.keys().any(|s| s.starts_with('2')), "{at}: no success response");
+        // A redirect (`/`, `/ui/`) succeeds with its 303.
+        assert!(responses.keys().any(|s| s.starts_with('2') || s.starts_with('3')), "{at}: no success response");
         for (status, response) in responses {
             let code: u16 = status.parse().unwrap_or_else(|_| panic!("{at}: status {status}"));
             // `/readyz` answers its 503 in plain text, for load balancers.
@@ -264,4 +271,24 @@ fn same_named_request_types_keep_their_own_schemas() {
     assert_eq!(body("/v1/sources/{id}/rotate-secret"), "#/components/schemas/RotateSourceSecret");
     assert_eq!(doc["components"]["schemas"]["RotateSourceSecret"]["required"], serde_json::json!(["secret"]));
     assert!(doc["components"]["schemas"].get("RotateSecret").is_none());
+}
+
+/// The document names the dashboard's files as the node serves them, and
+/// its redirects as redirects.
+#[test]
+fn the_dashboard_is_documented_as_served() {
+    let doc = json();
+    let files: Vec<&str> = crate::routes::ui::ASSETS.iter().map(|a| a.path).collect();
+    assert_eq!(doc["components"]["schemas"]["AssetName"]["enum"], serde_json::json!(files));
+    let file = &doc["paths"]["/ui/{file}"]["get"]["responses"];
+    let types: BTreeSet<&str> =
+        file["200"]["content"].as_object().expect("content").keys().map(String::as_str).collect();
+    assert_eq!(types, BTreeSet::from(["text/javascript", "text/css", "image/svg+xml"]));
+    assert!(file["304"].is_object() && file["404"].is_object());
+    assert!(doc["paths"]["/ui"]["get"]["responses"]["200"]["content"]["text/html"].is_object());
+    for path in ["/", "/ui/"] {
+        let responses = doc["paths"][path]["get"]["responses"].as_object().expect("responses");
+        assert_eq!(responses.keys().collect::<Vec<_>>(), ["303"], "{path}");
+        assert!(responses["303"]["headers"]["Location"].is_object(), "{path}");
+    }
 }

@@ -59,7 +59,7 @@ struct ListQuery {
     #[param(value_type = Option<String>, format = DateTime)]
     until: Option<String>,
     /// `oldest` first (the default) or `newest` first.
-    #[param(value_type = Option<ListOrder>)]
+    #[param(value_type = Option<ListOrder>, inline)]
     order: Option<String>,
     /// Page size, default 50.
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -86,7 +86,6 @@ fn newest_first(order: Option<&str>) -> ApiResult<bool> {
         Some(other) => Err(Problem::malformed(format!("order must be `oldest` or `newest`, got `{other}`"))),
     }
 }
-
 
 /// List deliveries in id order, without timelines; at most 10,000 are
 /// looked at per call, so a short page with a `next_cursor` means go on.

@@ -256,11 +256,25 @@ pub struct StatsWindows {
     pub one_day: WindowCounts,
 }
 
-/// An endpoint's recent attempts as the answering node counted them.
+/// An endpoint's recent attempts as the answering node counted them, with
+/// its work and its last failure as `GET /v1/stats/endpoints` shows them.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EndpointStats {
     #[schema(value_type = String)]
     pub endpoint_id: EndpointId,
+    /// The answering node.
     pub node_id: u64,
     pub windows: StatsWindows,
+    /// The owner of the endpoint's shard, the node that sends for it; `null` while the shard moves.
+    #[schema(required = true)]
+    pub sender_node_id: Option<u64>,
+    /// `null` when no failed attempt was counted.
+    #[schema(required = true)]
+    pub last_error: Option<super::stats::LastErrorView>,
+    /// Attempts under way on the answering node: the real figure on `sender_node_id`, 0 elsewhere.
+    pub in_flight: usize,
+    /// Deliveries pending or retrying.
+    pub queue_depth: usize,
+    /// Dead deliveries held.
+    pub dead: usize,
 }

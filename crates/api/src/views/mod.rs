@@ -13,6 +13,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod sources;
+pub mod stats;
 
 pub use deliveries::{delivery, effective_state, lifecycle_entry, timeline_entry};
 pub use endpoints::{breaker, endpoint, retry};
