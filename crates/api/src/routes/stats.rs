@@ -27,7 +27,7 @@ use crate::context::ApiContext;
 use crate::openapi::problems::BadRequest;
 use crate::problem::{ApiResult, Problem};
 use crate::views::stats::{self as view, EndpointHealth, EndpointHealthPage, StatsOverview, Work};
-use crate::views::{self, EndpointIdText, Timestamp};
+use crate::views::{self, Timestamp};
 
 /// Page size bounds of `GET /v1/stats/endpoints`.
 pub const HEALTH_LIMIT_DEFAULT: usize = 100;
@@ -70,8 +70,8 @@ struct HealthQuery {
     /// Page size, default 100.
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
-    /// The `next_cursor` of the page before.
-    #[param(value_type = Option<EndpointIdText>)]
+    /// The `next_cursor` of the page before (an endpoint id); empty or
+    /// absent: the first page.
     cursor: Option<String>,
 }
 
