@@ -7,7 +7,9 @@
 //!   `deliveries`, `cluster`, `health`), each with its own `router()`.
 //! - [`problem`]: errors as `application/problem+json`; every failure status is chosen there.
 //! - [`extract`]: JSON bodies with problems for bad input and the 1 MiB limit.
-//! - [`views`]: the JSON shapes of `docs/API.md`.
+//! - [`views`]: the JSON shapes of `docs/API.md`, typed: the document's schemas.
+//! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers
+//!   (`GET /openapi.json`) and its reference page (`GET /docs`).
 //! - [`validate`]: endpoint settings checks. [`auth`]: the bearer token.
 //! - [`admission`]: the budgets that refuse ingest a node cannot absorb.
 //! - [`metrics`]: the node's Prometheus registry, rendered by `/metrics`.
@@ -22,6 +24,7 @@ pub mod auth;
 pub mod context;
 pub mod extract;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod routes;
 pub mod validate;
@@ -31,12 +34,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use utoipa_axum::router::OpenApiRouter;
 
 pub use context::{ApiContext, ApiMetrics, ClusterView, Ingest};
 
-/// The node's full HTTP router.
-pub fn router(ctx: Arc<ApiContext>) -> Router {
-    let v1 = Router::new()
+/// The `/v1` routes, each with its part of the document; behind the token.
+pub fn v1_routes() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
         .merge(routes::endpoints::router())
         .merge(routes::events::router())
         .merge(routes::event_history::router())
@@ -46,16 +50,44 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(routes::payloads::router())
         .merge(routes::sources::router())
         .merge(routes::stats::router())
-        .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token));
-    Router::new()
-        .merge(v1)
+}
+
+/// The routes without an API token, each with its part of the document.
+pub fn public_routes() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
         .merge(routes::health::router())
-        // No token: the provider's signature authenticates each request.
+        // The provider's signature authenticates each request.
         .merge(routes::inbound::router())
-        // No token: static files that hold no data; the pages call `/v1`
-        // with the operator's token from the browser.
+        // They describe the API and hold no data.
+        .merge(openapi::router())
+        // Static files that hold no data; the pages call `/v1` with the
+        // operator's token from the browser.
         .merge(routes::ui::router())
-        .fallback(|| async { problem::Problem::not_found("no such route; see docs/API.md") })
+}
+
+/// The node's full HTTP router (but the node-to-node routes,
+/// `routes::internal`, which have their own state). Its routes are those
+/// of [`openapi::document`], from the same functions.
+pub fn router(ctx: Arc<ApiContext>) -> Router {
+    let (v1, _) = v1_routes().split_for_parts();
+    let (public, _) = public_routes().split_for_parts();
+    Router::new()
+        .merge(v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)))
+        .merge(public)
+        .fallback(no_route)
+        .layer(axum::middleware::map_response(problem::ensure_problem))
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)
+}
+
+/// What no route matches: a 404 problem. A path under `/ui/` deeper than
+/// one segment is answered as the dashboard answers a file it does not
+/// have, with its headers: its files are served at `/ui/{file}`, one
+/// segment, because the document can name no catch-all (`routes::ui`).
+async fn no_route(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match uri.path().strip_prefix("/ui/") {
+        Some(rest) => routes::ui::no_file(rest),
+        None => problem::Problem::not_found("no such route; see /docs or docs/API.md").into_response(),
+    }
 }

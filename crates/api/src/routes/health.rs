@@ -4,23 +4,32 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::get;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::context::ApiContext;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/metrics", get(metrics))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(healthz)).routes(routes!(readyz)).routes(routes!(metrics))
 }
 
+/// The process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+)]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `/readyz` does not look at the budgets: a full budget is back-pressure
+/// The node can take writes: it has a leader and has applied the log.
+///
+/// It does not look at the budgets: a full budget is back-pressure
 /// on ingest, not a node that cannot serve (reads, replays, cluster
 /// administration and delivery all go on), so a load balancer must not
 /// take it out.
@@ -29,6 +38,17 @@ async fn healthz() -> &'static str {
 /// of a load balancer would not send those deliveries either): the body
 /// names each key payloads needed that the keyring lacks, for an operator
 /// to see, and `/metrics` counts them.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`ready`, then a warning line per payload key this node lacks.",
+            body = String, content_type = "text/plain"),
+        (status = 503, description = "`not ready`: no leader, or the log not applied yet.",
+            body = String, content_type = "text/plain"),
+    )
+)]
 async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, String) {
     let (status, mut body) = if ctx.cluster.ready() {
         (StatusCode::OK, String::from("ready\n"))
@@ -44,7 +64,16 @@ async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, String) {
     (status, body)
 }
 
-/// Prometheus text, or OpenMetrics when asked for (`crate::metrics`).
+/// This node's metrics: Prometheus text, or OpenMetrics to a scraper that
+/// asks for it (`Accept: application/openmetrics-text`); the families are
+/// listed in docs/METRICS.md.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "The node's metrics (docs/METRICS.md).",
+        content((String = "text/plain"), (String = "application/openmetrics-text"))))
+)]
 async fn metrics(State(ctx): State<Arc<ApiContext>>, headers: HeaderMap) -> Response {
     crate::metrics::render(&ctx, &headers)
 }

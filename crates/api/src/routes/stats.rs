@@ -14,21 +14,20 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Query, State};
-use axum::routing::get;
-use hookraft_core::clock::format_rfc3339_ms;
-use hookraft_core::ids::EndpointId;
+use hookraft_core::ids::{DeliveryId, EndpointId};
 use hookraft_core::model::Endpoint;
 use hookraft_core::state::ClusterState;
-use hookraft_core::state::stats::{Counts, LastError};
 use hookraft_core::state::throughput::{THROUGHPUT_MINUTES, Tally};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::context::ApiContext;
+use crate::openapi::problems::BadRequest;
 use crate::problem::{ApiResult, Problem};
-use crate::views;
+use crate::views::stats::{self as view, EndpointHealth, EndpointHealthPage, StatsOverview, Work};
+use crate::views::{self, Timestamp};
 
 /// Page size bounds of `GET /v1/stats/endpoints`.
 pub const HEALTH_LIMIT_DEFAULT: usize = 100;
@@ -36,35 +35,60 @@ pub const HEALTH_LIMIT_MAX: usize = 1_000;
 /// The window of an endpoint's success rate and latency in the listing.
 const HEALTH_WINDOW_MS: u64 = 3_600_000;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/v1/stats", get(overview)).route("/v1/stats/endpoints", get(endpoints))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(overview)).routes(routes!(endpoints))
 }
 
-async fn overview(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+/// The cluster's events accepted and deliveries delivered, retried and
+/// dead per minute over the last hour, with the queue and the dead letters
+/// held now.
+#[utoipa::path(
+    get,
+    path = "/v1/stats",
+    tag = "stats",
+    responses((status = 200, body = StatsOverview))
+)]
+async fn overview(State(ctx): State<Arc<ApiContext>>) -> axum::Json<StatsOverview> {
     let now_ms = ctx.clock.wall_ms();
     let state = ctx.state.read();
     let minutes = state.throughput().per_minute(now_ms, THROUGHPUT_MINUTES);
-    axum::Json(json!({
-        "node_id": ctx.node_id,
-        "minutes": minutes.iter().map(|(start, tally)| minute_view(*start, tally)).collect::<Vec<_>>(),
-        "last_hour": tally_view(&total(&minutes)),
-        "queue_depth": state.usage().pending,
-        "dead": state.dead_count(),
-        "endpoints": state.endpoints.len(),
-    }))
+    axum::Json(StatsOverview {
+        node_id: ctx.node_id,
+        minutes: minutes.iter().map(|(start, tally)| view::minute(*start, tally)).collect(),
+        last_hour: view::tally(&total(&minutes)),
+        queue_depth: state.usage().pending,
+        dead: state.dead_count(),
+        endpoints: state.endpoints.len(),
+    })
 }
 
-#[derive(Deserialize)]
+/// The page of `GET /v1/stats/endpoints`.
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct HealthQuery {
+    /// Page size, default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
+    /// The `next_cursor` of the page before (an endpoint id); empty or
+    /// absent: the first page.
     cursor: Option<String>,
 }
 
+/// Every endpoint's health, in id order: its state and breaker, success
+/// rate and latency over the last hour, work queued, under way (on the
+/// answering node) and dead, and its last failed attempt.
+#[utoipa::path(
+    get,
+    path = "/v1/stats/endpoints",
+    tag = "stats",
+    params(HealthQuery),
+    responses((status = 200, body = EndpointHealthPage), (status = 400, response = BadRequest))
+)]
 async fn endpoints(
     State(ctx): State<Arc<ApiContext>>,
     query: Result<Query<HealthQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<EndpointHealthPage>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
     let limit =
         match q.limit.as_deref() {
@@ -82,23 +106,20 @@ async fn endpoints(
     let state = ctx.state.read();
     let in_flight = in_flight_by_endpoint(&state, &in_flight_ids);
     let mut page = state.endpoints.range((after, Bound::Unbounded));
-    let data: Vec<Value> = page
+    let data: Vec<EndpointHealth> = page
         .by_ref()
         .take(limit)
         .map(|(id, endpoint)| health(&state, endpoint, in_flight.get(id).copied().unwrap_or(0), now_ms))
         .collect();
     let next_cursor = match page.next() {
-        Some(_) => data.last().map(|row| row["endpoint_id"].clone()),
+        Some(_) => data.last().map(|row| row.endpoint_id),
         None => None,
     };
-    Ok(axum::Json(json!({ "node_id": ctx.node_id, "data": data, "next_cursor": next_cursor })))
+    Ok(axum::Json(EndpointHealthPage { node_id: ctx.node_id, data, next_cursor }))
 }
 
 /// How many attempts this node has under way for each endpoint.
-pub(crate) fn in_flight_by_endpoint(
-    state: &ClusterState,
-    in_flight: &[hookraft_core::ids::DeliveryId],
-) -> BTreeMap<EndpointId, usize> {
+pub(crate) fn in_flight_by_endpoint(state: &ClusterState, in_flight: &[DeliveryId]) -> BTreeMap<EndpointId, usize> {
     let mut counts = BTreeMap::new();
     for delivery in in_flight.iter().filter_map(|id| state.deliveries.get(id)) {
         *counts.entry(delivery.endpoint_id).or_insert(0) += 1;
@@ -106,67 +127,33 @@ pub(crate) fn in_flight_by_endpoint(
     counts
 }
 
-/// One endpoint's health: its state, breaker and disabled reason, success
-/// rate and latency over the last hour, work under way, queued and dead,
-/// and its last failed attempt.
-pub(crate) fn health(state: &ClusterState, endpoint: &Endpoint, in_flight: usize, now_ms: u64) -> Value {
+/// One endpoint's health (see [`EndpointHealth`]).
+pub(crate) fn health(state: &ClusterState, endpoint: &Endpoint, in_flight: usize, now_ms: u64) -> EndpointHealth {
     let id = &endpoint.id;
     let stats = state.endpoint_stats(id);
     let hour = stats.map(|s| s.window(now_ms, HEALTH_WINDOW_MS)).unwrap_or_default();
-    let mut view = json!({
-        "endpoint_id": id,
-        "url": endpoint.url,
-        "description": endpoint.description,
-        "disabled": endpoint.disabled,
-        "disabled_reason": endpoint.disabled_reason,
-        "breaker": views::breaker(endpoint),
-        "failing_since": endpoint.failing_since_ms.map(format_rfc3339_ms),
-        "last_hour": hour_view(&hour),
-        "sender_node_id": state.grant_for(id).owner,
-        "last_error": stats.and_then(|s| s.last_error()).map(last_error_view),
-    });
-    work_view(state, id, in_flight, &mut view);
-    view
+    let Work { in_flight, queue_depth, dead } = work(state, id, in_flight);
+    EndpointHealth {
+        endpoint_id: *id,
+        url: endpoint.url.clone(),
+        description: endpoint.description.clone(),
+        disabled: endpoint.disabled,
+        disabled_reason: endpoint.disabled_reason.clone(),
+        breaker: views::breaker(endpoint),
+        failing_since: Timestamp::from_opt_ms(endpoint.failing_since_ms),
+        last_hour: view::hour(&hour),
+        sender_node_id: state.grant_for(id).owner,
+        last_error: stats.and_then(|s| s.last_error()).map(view::last_error),
+        in_flight,
+        queue_depth,
+        dead,
+    }
 }
 
-/// Adds an endpoint's work counts to `view`: attempts under way on this
-/// node, deliveries queued (pending or retrying) and dead.
-pub(crate) fn work_view(state: &ClusterState, id: &EndpointId, in_flight: usize, view: &mut Value) {
-    view["in_flight"] = json!(in_flight);
-    view["queue_depth"] = json!(state.active.get(id).map_or(0, |a| a.len()));
-    view["dead"] = json!(state.dead_count_of(id));
-}
-
-fn hour_view(counts: &Counts) -> Value {
-    json!({
-        "attempts": counts.attempts,
-        "success_rate": (counts.attempts > 0).then(|| counts.successes as f64 / counts.attempts as f64),
-        "latency_ms": {"p50": counts.latency_quantile_ms(0.5), "p99": counts.latency_quantile_ms(0.99)},
-    })
-}
-
-/// The last failed attempt, as a timeline's `attempt` entry shows one.
-pub(crate) fn last_error_view(last: &LastError) -> Value {
-    let a = &last.attempt;
-    json!({
-        "at": format_rfc3339_ms(last.at_ms),
-        "delivery_id": last.delivery_id,
-        "status_code": a.status_code,
-        "error": a.error,
-        "latency_ms": a.latency_ms,
-        "node_id": a.node_id,
-        "response_body": a.response_excerpt,
-    })
-}
-
-fn tally_view(tally: &Tally) -> Value {
-    json!({"accepted": tally.accepted, "delivered": tally.delivered, "retried": tally.retried, "dead": tally.dead})
-}
-
-fn minute_view(start_ms: u64, tally: &Tally) -> Value {
-    let mut view = tally_view(tally);
-    view["at"] = json!(format_rfc3339_ms(start_ms));
-    view
+/// An endpoint's work: `in_flight` attempts under way on this node, its
+/// deliveries queued (pending or retrying) and dead.
+pub(crate) fn work(state: &ClusterState, id: &EndpointId, in_flight: usize) -> Work {
+    Work { in_flight, queue_depth: state.active.get(id).map_or(0, |a| a.len()), dead: state.dead_count_of(id) }
 }
 
 fn total(minutes: &[(u64, Tally)]) -> Tally {
@@ -182,12 +169,14 @@ fn total(minutes: &[(u64, Tally)]) -> Tally {
 mod tests {
     use super::*;
     use hookraft_core::command::{Command, IngestResult, NewEvent, Outcome, Response};
-    use hookraft_core::ids::{DeliveryId, EventId, SHARD_COUNT};
+    use hookraft_core::ids::{EventId, SHARD_COUNT};
     use hookraft_core::model::AttemptRecord;
     use hookraft_core::retry::{Decision, RetryRule};
     use hookraft_core::signing::Secret;
+    use hookraft_core::state::stats::Counts;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+    use serde_json::json;
 
     /// One endpoint on shards owned by node 1, two deliveries to it; the
     /// first failed once with a 503 and waits for its retry.
@@ -248,18 +237,24 @@ mod tests {
         let (state, id, deliveries) = one_failure();
         let in_flight = in_flight_by_endpoint(&state, &deliveries[1..]);
         assert_eq!(in_flight.get(&id), Some(&1));
-        let view = health(&state, &state.endpoints[&id], in_flight[&id], 1_000);
-        assert_eq!(
-            (view["queue_depth"].as_u64(), view["dead"].as_u64(), view["in_flight"].as_u64()),
-            (Some(2), Some(0), Some(1))
-        );
-        assert_eq!(view["sender_node_id"], 1);
+        let row = health(&state, &state.endpoints[&id], in_flight[&id], 1_000);
+        assert_eq!((row.queue_depth, row.dead, row.in_flight), (2, 0, 1));
+        assert_eq!(row.sender_node_id, Some(1));
+        assert_eq!(row.last_hour.attempts, 1);
+        assert_eq!(row.last_hour.success_rate, Some(0.0));
+        let last = row.last_error.as_ref().expect("a last error");
+        assert_eq!((last.status_code, last.response_body.as_deref()), (Some(503), Some("busy")));
+        assert_eq!(last.delivery_id, deliveries[0]);
+        // The names the dashboard reads.
+        let view = serde_json::to_value(&row).expect("serializes");
         assert_eq!(view["breaker"]["state"], "closed");
-        assert_eq!(view["last_hour"]["attempts"], 1);
-        assert_eq!(view["last_hour"]["success_rate"], 0.0);
-        let last = &view["last_error"];
-        assert_eq!((last["status_code"].as_u64(), last["response_body"].as_str()), (Some(503), Some("busy")), "{view}");
-        assert_eq!(last["delivery_id"], json!(deliveries[0]));
+        assert_eq!(view["last_error"]["status_code"], 503);
+        assert_eq!(view["last_error"]["delivery_id"], json!(deliveries[0]));
+        assert_eq!(view["last_error"]["at"], "1970-01-01T00:00:00.060Z");
+        for field in ["url", "description", "disabled", "disabled_reason", "failing_since", "queue_depth", "in_flight"]
+        {
+            assert!(view.get(field).is_some(), "{field} in {view}");
+        }
         assert!(view.get("secret").is_none(), "no secret in a health row: {view}");
         // A delivery id that is no longer in the state counts nowhere.
         let gone = DeliveryId::parse("dlv_01ARZ3NDEKTSV4RRFFQ69G5FAV").expect("id");
@@ -272,18 +267,20 @@ mod tests {
             (60_000, Tally { accepted: 3, delivered: 2, retried: 1, dead: 0 }),
             (120_000, Tally { accepted: 1, delivered: 0, retried: 4, dead: 2 }),
         ];
-        let view = minute_view(minutes[0].0, &minutes[0].1);
+        let minute = serde_json::to_value(view::minute(minutes[0].0, &minutes[0].1)).expect("serializes");
         assert_eq!(
-            view,
+            minute,
             json!({"at": "1970-01-01T00:01:00.000Z", "accepted": 3, "delivered": 2, "retried": 1, "dead": 0})
         );
         assert_eq!(total(&minutes), Tally { accepted: 4, delivered: 2, retried: 5, dead: 2 });
         assert_eq!(total(&[]), Tally::default());
+        let hour = serde_json::to_value(view::tally(&total(&minutes))).expect("serializes");
+        assert_eq!(hour, json!({"accepted": 4, "delivered": 2, "retried": 5, "dead": 2}));
     }
 
     #[test]
     fn an_hour_without_attempts_has_no_rate_and_no_latency() {
-        let view = hour_view(&Counts::default());
-        assert_eq!(view, json!({"attempts": 0, "success_rate": null, "latency_ms": {"p50": null, "p99": null}}));
+        let hour = serde_json::to_value(view::hour(&Counts::default())).expect("serializes");
+        assert_eq!(hour, json!({"attempts": 0, "success_rate": null, "latency_ms": {"p50": null, "p99": null}}));
     }
 }

@@ -13,13 +13,16 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::context::ApiContext;
+use crate::openapi::problems::NotFound;
 use crate::problem::Problem;
 
 /// Where the dashboard lives.
@@ -80,20 +83,103 @@ pub static ASSETS: &[Asset] = &[
     asset!("favicon.svg", SVG),
 ];
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/", get(|| async { Redirect::to(UI_PATH) }))
-        .route(UI_PATH, get(|headers: HeaderMap| async move { serve(&INDEX, &headers) }))
-        .route("/ui/", get(|| async { Redirect::to(UI_PATH) }))
-        .route("/ui/{*path}", get(file))
+/// The dashboard's routes. There is no catch-all `/ui/{*path}`: OpenAPI
+/// has no path parameter that spans segments, so the files are served at
+/// `/ui/{file}`, one segment, exactly as the document says; a deeper path
+/// (`/ui/app.js/x`) matches no route, and the router's fallback answers it
+/// with [`no_file`], as an unknown file is answered here.
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(root)).routes(routes!(page)).routes(routes!(page_slash)).routes(routes!(file))
 }
 
-async fn file(Path(path): Path<String>, headers: HeaderMap) -> Response {
-    match find(&path) {
+/// The node's address leads to the dashboard.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "dashboard",
+    responses((status = 303, description = "To the dashboard.", headers(("Location" = String, description = "`/ui`"))))
+)]
+async fn root() -> Redirect {
+    Redirect::to(UI_PATH)
+}
+
+/// The operator dashboard: a page that asks for the operator's token and
+/// renders everything from `/v1` in the browser. It holds no data, so it
+/// needs no token.
+#[utoipa::path(
+    get,
+    path = "/ui",
+    tag = "dashboard",
+    params(("If-None-Match" = Option<String>, Header, description = "ETags the browser holds.")),
+    responses(
+        (status = 200, description = "The page, with a Content-Security-Policy that allows this origin only.",
+            body = String, content_type = "text/html", headers(("ETag" = String, description = "A hash of the body."),
+                ("Content-Security-Policy" = String))),
+        (status = 304, description = "The browser holds this version (`If-None-Match`).", headers(("ETag" = String))),
+    )
+)]
+async fn page(headers: HeaderMap) -> Response {
+    serve(&INDEX, &headers)
+}
+
+/// `/ui/` is the dashboard too.
+#[utoipa::path(
+    get,
+    path = "/ui/",
+    tag = "dashboard",
+    responses((status = 303, description = "To the dashboard.", headers(("Location" = String, description = "`/ui`"))))
+)]
+async fn page_slash() -> Redirect {
+    Redirect::to(UI_PATH)
+}
+
+/// A file the dashboard's page loads: its scripts, stylesheet and icon,
+/// embedded in the binary. No token: they hold no data.
+#[utoipa::path(
+    get,
+    path = "/ui/{file}",
+    tag = "dashboard",
+    params(
+        ("file" = AssetName, Path),
+        ("If-None-Match" = Option<String>, Header, description = "ETags the browser holds."),
+    ),
+    responses(
+        (status = 200, description = "The file, by its kind; with the dashboard's Content-Security-Policy.",
+            content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml")),
+            headers(("ETag" = String, description = "A hash of the body."),
+                ("Content-Security-Policy" = String))),
+        (status = 304, description = "The browser holds this version (`If-None-Match`).", headers(("ETag" = String))),
+        (status = 404, response = NotFound),
+    )
+)]
+async fn file(Path(file): Path<String>, headers: HeaderMap) -> Response {
+    match find(&file) {
         Some(asset) => serve(asset, &headers),
-        None => secured(Problem::not_found(format!("no file {UI_PATH}/{path}; the dashboard is at {UI_PATH}"))),
+        None => no_file(&file),
     }
 }
+
+/// The answer for a path under `/ui/` that names no embedded file: a 404
+/// problem, with the dashboard's headers like every answer under `/ui`.
+pub fn no_file(path: &str) -> Response {
+    secured(Problem::not_found(format!("no file {UI_PATH}/{path}; the dashboard is at {UI_PATH}")))
+}
+
+/// The name of an embedded file under `/ui/`, for the document: the
+/// paths of [`ASSETS`], so the document lists the files a node serves.
+pub struct AssetName;
+
+impl utoipa::PartialSchema for AssetName {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(ASSETS.iter().map(|a| a.path)))
+            .description(Some("A file of the dashboard, as its page names it."))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for AssetName {}
 
 /// The embedded file at `path` (under `/ui/`), if any.
 pub fn find(path: &str) -> Option<&'static Asset> {
