@@ -7,7 +7,9 @@
 //!   `deliveries`, `cluster`, `health`), each with its own `router()`.
 //! - [`problem`]: errors as `application/problem+json`; every failure status is chosen there.
 //! - [`extract`]: JSON bodies with problems for bad input and the 1 MiB limit.
-//! - [`views`]: the JSON shapes of `docs/API.md`.
+//! - [`views`]: the JSON shapes of `docs/API.md`, typed: the document's schemas.
+//! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers
+//!   (`GET /openapi.json`) and its reference page (`GET /docs`).
 //! - [`validate`]: endpoint settings checks. [`auth`]: the bearer token.
 //! - [`admission`]: the budgets that refuse ingest a node cannot absorb.
 //!
@@ -18,6 +20,7 @@ pub mod admission;
 pub mod auth;
 pub mod context;
 pub mod extract;
+pub mod openapi;
 pub mod problem;
 pub mod routes;
 pub mod validate;
@@ -27,12 +30,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use utoipa_axum::router::OpenApiRouter;
 
 pub use context::{ApiContext, ApiMetrics, ClusterView, Ingest};
 
-/// The node's full HTTP router.
-pub fn router(ctx: Arc<ApiContext>) -> Router {
-    let v1 = Router::new()
+/// The `/v1` routes, each with its part of the document; behind the token.
+pub fn v1_routes() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
         .merge(routes::endpoints::router())
         .merge(routes::events::router())
         .merge(routes::event_history::router())
@@ -41,13 +45,28 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(routes::cluster::router())
         .merge(routes::payloads::router())
         .merge(routes::sources::router())
-        .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token));
-    Router::new()
-        .merge(v1)
+}
+
+/// The routes without an API token, each with its part of the document.
+pub fn public_routes() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
         .merge(routes::health::router())
-        // No token: the provider's signature authenticates each request.
+        // The provider's signature authenticates each request.
         .merge(routes::inbound::router())
-        .fallback(|| async { problem::Problem::not_found("no such route; see docs/API.md") })
+        // They describe the API and hold no data.
+        .merge(openapi::router())
+}
+
+/// The node's full HTTP router (but the node-to-node routes,
+/// `routes::internal`, which have their own state). Its routes are those
+/// of [`openapi::document`], from the same functions.
+pub fn router(ctx: Arc<ApiContext>) -> Router {
+    let (v1, _) = v1_routes().split_for_parts();
+    let (public, _) = public_routes().split_for_parts();
+    Router::new()
+        .merge(v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)))
+        .merge(public)
+        .fallback(|| async { problem::Problem::not_found("no such route; see /docs or docs/API.md") })
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)
 }

@@ -5,9 +5,32 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hookraft_delivery::batcher::ProposeError;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// The slug of [`Problem::over_budget`].
 pub const OVER_BUDGET: &str = "ingest-budget-full";
+
+/// Where problem types live: a problem's `type` is this and its slug.
+pub const TYPE_BASE: &str = "https://hookraft.dev/problems/";
+
+/// Every problem type the API answers with: slug, status, title, and when.
+/// The constructors below are the only way to make one; a test holds them
+/// to this table, and the OpenAPI document lists it.
+pub const PROBLEM_TYPES: [(&str, u16, &str, &str); 13] = [
+    ("malformed-request", 400, "Malformed request", "the body is not JSON, a query parameter or header is malformed"),
+    ("unauthorized", 401, "Unauthorized", "a `/v1` route without the right bearer token"),
+    ("bad-signature", 401, "Signature refused", "an inbound request whose provider signature does not hold"),
+    ("forbidden", 403, "Forbidden", "an inbound source that is disabled, or a caller outside its allowlist"),
+    ("not-found", 404, "Not found", "no such resource (a malformed id in the path names nothing), or no such route"),
+    ("conflict", 409, "Conflict", "the change conflicts with the current state"),
+    ("payload-too-large", 413, "Payload too large", "a body over the limit (1 MiB; node-to-node bodies 64 MiB)"),
+    ("unsupported-media-type", 415, "Unsupported media type", "a body sent without `content-type: application/json`"),
+    ("invalid-field", 422, "Invalid field", "JSON of the wrong shape, or a field out of its range"),
+    ("rate-limited", 429, "Too many requests", "an inbound source over its rate limit; comes with `Retry-After`"),
+    ("internal", 500, "Internal error", "a bug: the node answered something it should not have"),
+    ("unavailable", 503, "Service unavailable", "no leader can commit right now; comes with `Retry-After`"),
+    (OVER_BUDGET, 503, "Ingest budget full", "an ingest budget is full (back-pressure); comes with `Retry-After`"),
+];
 
 /// A problem the caller can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,12 +44,27 @@ pub struct Problem {
     pub retry_after_s: Option<u32>,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    r#type: String,
-    title: &'a str,
-    status: u16,
-    detail: &'a str,
+/// A problem as sent (RFC 9457), `application/problem+json`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Problem, example = json!({
+    "type": "https://hookraft.dev/problems/invalid-field",
+    "title": "Invalid field",
+    "status": 422,
+    "detail": "retry.attempts_max must be between 1 and 100"
+}))]
+pub struct ProblemBody<'a> {
+    /// `https://hookraft.dev/problems/` and the problem's slug: `malformed-request`,
+    /// `unauthorized`, `bad-signature`, `forbidden`, `not-found`, `conflict`,
+    /// `payload-too-large`, `unsupported-media-type`, `invalid-field`, `rate-limited`,
+    /// `internal`, `unavailable` or `ingest-budget-full`.
+    #[schema(format = "uri")]
+    pub r#type: String,
+    /// The same for every problem of a type.
+    pub title: &'a str,
+    /// The HTTP status, as sent.
+    pub status: u16,
+    /// What went wrong this time, for a person.
+    pub detail: &'a str,
 }
 
 impl Problem {
@@ -120,8 +158,8 @@ impl From<ProposeError> for Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let body = Body {
-            r#type: format!("https://hookraft.dev/problems/{}", self.slug),
+        let body = ProblemBody {
+            r#type: format!("{TYPE_BASE}{}", self.slug),
             title: self.title,
             status: self.status.as_u16(),
             detail: &self.detail,
@@ -139,3 +177,33 @@ impl IntoResponse for Problem {
 
 /// Handlers return this.
 pub type ApiResult<T> = Result<T, Problem>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::{Budget, Refusal};
+
+    #[test]
+    fn every_constructor_makes_a_problem_of_the_table() {
+        let refusal = Refusal { budget: Budget::Pending, used: 1, incoming: 1, limit: 1, resume_below: 0 };
+        let made = [
+            Problem::malformed(""),
+            Problem::unauthorized(),
+            Problem::bad_signature(""),
+            Problem::forbidden(""),
+            Problem::not_found(""),
+            Problem::conflict(""),
+            Problem::too_large(""),
+            Problem::unsupported_media(""),
+            Problem::invalid(""),
+            Problem::rate_limited("", 1),
+            Problem::internal(""),
+            Problem::unavailable(""),
+            Problem::over_budget(&refusal),
+        ];
+        assert_eq!(made.len(), PROBLEM_TYPES.len(), "one constructor per row");
+        for (problem, (slug, status, title, _)) in made.iter().zip(PROBLEM_TYPES) {
+            assert_eq!((problem.slug, problem.status.as_u16(), problem.title), (slug, status, title));
+        }
+    }
+}

@@ -13,13 +13,23 @@ use crate::problem::Problem;
 pub const DESCRIPTION_CHARS_MAX: usize = 1_024;
 
 /// `retry` as sent: every field optional, defaults fill the rest.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryInput {
+    /// Attempts in one cycle before the delivery is dead-lettered; default 18.
+    #[schema(minimum = 1, maximum = 100)]
     pub attempts_max: Option<u32>,
+    /// Backoff base, at least 1 and at most `cap_ms`; default 5000.
+    #[schema(minimum = 1)]
     pub base_ms: Option<u64>,
+    /// Backoff ceiling, at most 604800000 (7 days); default 28800000.
+    #[schema(maximum = 604800000)]
     pub cap_ms: Option<u64>,
+    /// Dead-letter instead of retrying past this age of the cycle; default 259200.
+    #[schema(minimum = 1, maximum = 2592000)]
     pub max_age_s: Option<u64>,
+    /// The longest wait a `Retry-After` may set (0 ignores it); default 3600000.
+    #[schema(maximum = 604800000)]
     pub retry_after_max_ms: Option<u64>,
 }
 

@@ -4,73 +4,78 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{delete, get, post};
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::{NodeId, SHARD_COUNT};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::commit;
 use crate::context::{AdminError, ApiContext};
 use crate::extract::JsonBody;
+use crate::openapi::problems::{Conflict, InvalidField, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
+use crate::views::Timestamp;
+use crate::views::cluster as view;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/v1/cluster", get(status))
-        .route("/v1/cluster/shards/{shard}/move", post(move_shard))
-        .route("/v1/cluster/nodes/{id}/drain", post(drain).delete(undrain))
-        .route("/v1/cluster/nodes", post(add_node))
-        .route("/v1/cluster/nodes/{id}", delete(remove_node))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
+        .routes(routes!(status))
+        .routes(routes!(move_shard))
+        .routes(routes!(drain, undrain))
+        .routes(routes!(add_node))
+        .routes(routes!(remove_node))
 }
 
-async fn status(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+/// The cluster as this node sees it: members, liveness, shard grants.
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", responses((status = 200, body = view::ClusterStatus)))]
+async fn status(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::ClusterStatus> {
     let now_ms = ctx.clock.wall_ms();
     let members = ctx.admin.members();
     let state = ctx.state.read();
     let mut ids: Vec<NodeId> = members.iter().map(|m| m.id).chain(state.nodes.keys().copied()).collect();
     ids.sort_unstable();
     ids.dedup();
-    let nodes: Vec<Value> = ids
+    let nodes = ids
         .iter()
         .map(|id| {
             let member = members.iter().find(|m| m.id == *id);
             let record = state.nodes.get(id);
-            json!({
-                "id": id,
-                "addr": member.map(|m| m.addr.clone()),
-                "voter": member.is_some_and(|m| m.voter),
-                "member": member.is_some(),
-                "live": record.is_some_and(|n| n.live_until_ms > now_ms),
-                "draining": record.is_some_and(|n| n.draining),
-                "last_heartbeat_at": record.map(|n| hookraft_core::clock::format_rfc3339_ms(n.last_heartbeat_ms)),
-                "shards_owned": state.shards_owned_by(*id).len(),
-            })
+            view::NodeView {
+                id: *id,
+                addr: member.map(|m| m.addr.clone()),
+                voter: member.is_some_and(|m| m.voter),
+                member: member.is_some(),
+                live: record.is_some_and(|n| n.live_until_ms > now_ms),
+                draining: record.is_some_and(|n| n.draining),
+                last_heartbeat_at: record.map(|n| Timestamp::from_ms(n.last_heartbeat_ms)),
+                shards_owned: state.shards_owned_by(*id).len(),
+            }
         })
         .collect();
-    let shards: Vec<Value> = state
-        .shards
-        .iter()
-        .enumerate()
-        .map(|(shard, g)| json!({ "shard": shard, "owner": g.owner, "token": g.token }))
+    let shards = (0..)
+        .zip(state.shards.iter())
+        .map(|(shard, g)| view::ShardView { shard, owner: g.owner, token: g.token })
         .collect();
-    axum::Json(json!({
-        "node_id": ctx.node_id,
-        "leader_id": ctx.cluster.leader_id(),
-        "term": ctx.cluster.term(),
-        "nodes": nodes,
-        "shards": shards,
-        "outcomes_rejected_stale": state.outcomes_rejected_stale,
-    }))
+    axum::Json(view::ClusterStatus {
+        node_id: ctx.node_id,
+        leader_id: ctx.cluster.leader_id(),
+        term: ctx.cluster.term(),
+        nodes,
+        shards,
+        outcomes_rejected_stale: state.outcomes_rejected_stale,
+    })
 }
 
-#[derive(Deserialize)]
+/// Where a shard goes.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct MoveShard {
+    /// A live voting member that is not draining.
     node_id: NodeId,
 }
 
@@ -78,6 +83,22 @@ fn parse_node(text: &str) -> ApiResult<NodeId> {
     text.parse().map_err(|_| Problem::not_found(format!("no node `{text}`")))
 }
 
+/// Move a shard: revoked at once under a new fencing token, granted to
+/// the node once the current owner's lease must have lapsed.
+#[utoipa::path(
+    post,
+    path = "/v1/cluster/shards/{shard}/move",
+    tag = "cluster",
+    params(("shard" = String, Path, description = "A shard number, 0 to 63.")),
+    request_body = MoveShard,
+    responses(
+        (status = 202, body = view::ShardMoved),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn move_shard(
     State(ctx): State<Arc<ApiContext>>,
     Path(shard): Path<String>,
@@ -108,16 +129,17 @@ async fn move_shard(
     match commit(&ctx, Command::RevokeShards { now_ms, shards: vec![(shard, Some(target))] }).await? {
         Response::ShardsAssigned { tokens } => {
             let token = tokens.first().map(|(_, t)| *t);
-            Ok((
-                StatusCode::ACCEPTED,
-                axum::Json(json!({ "shard": shard, "owner": target, "token": token, "pending": true })),
-            ))
+            Ok((StatusCode::ACCEPTED, axum::Json(view::ShardMoved { shard, owner: target, token, pending: true })))
         }
         other => Err(Problem::internal(format!("unexpected response {other:?}"))),
     }
 }
 
-async fn set_draining(ctx: &ApiContext, id: &str, draining: bool) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+async fn set_draining(
+    ctx: &ApiContext,
+    id: &str,
+    draining: bool,
+) -> ApiResult<(StatusCode, axum::Json<view::Draining>)> {
     let node_id = parse_node(id)?;
     let known = ctx.admin.members().iter().any(|m| m.id == node_id) || ctx.state.read().nodes.contains_key(&node_id);
     if !known {
@@ -125,21 +147,41 @@ async fn set_draining(ctx: &ApiContext, id: &str, draining: bool) -> ApiResult<(
     }
     let now_ms = ctx.clock.wall_ms();
     commit(ctx, Command::SetDraining { node_id, draining, now_ms }).await?;
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": node_id, "draining": draining }))))
+    Ok((StatusCode::ACCEPTED, axum::Json(view::Draining { id: node_id, draining })))
 }
 
+/// Drain a node: every shard leaves it; it keeps serving ingest and reads.
+#[utoipa::path(
+    post,
+    path = "/v1/cluster/nodes/{id}/drain",
+    tag = "cluster",
+    params(("id" = String, Path, description = "A node id.")),
+    responses((status = 202, body = view::Draining), (status = 404, response = NotFound), (status = 503, response = Unavailable))
+)]
 async fn drain(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     set_draining(&ctx, &id, true).await
 }
 
+/// Stop draining a node.
+#[utoipa::path(
+    delete,
+    path = "/v1/cluster/nodes/{id}/drain",
+    tag = "cluster",
+    params(("id" = String, Path, description = "A node id.")),
+    responses((status = 202, body = view::Draining), (status = 404, response = NotFound), (status = 503, response = Unavailable))
+)]
 async fn undrain(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     set_draining(&ctx, &id, false).await
 }
 
-#[derive(Deserialize)]
+/// A node to add, started first with the cluster's `--cluster-secret`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AddNode {
+    #[schema(minimum = 1)]
     id: NodeId,
+    /// `host:port`.
+    #[schema(min_length = 3, max_length = 255, example = "10.0.0.4:8080")]
     addr: String,
 }
 
@@ -151,6 +193,20 @@ fn admin_problem(error: AdminError) -> Problem {
     }
 }
 
+/// Add a node: it joins as a learner and becomes a voter once it has caught up.
+#[utoipa::path(
+    post,
+    path = "/v1/cluster/nodes",
+    tag = "cluster",
+    request_body = AddNode,
+    responses(
+        (status = 202, body = view::NodeAdded),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn add_node(
     State(ctx): State<Arc<ApiContext>>,
     JsonBody(body): JsonBody<AddNode>,
@@ -162,9 +218,22 @@ async fn add_node(
         return Err(Problem::invalid("addr must be host:port"));
     }
     ctx.admin.add_node(body.id, body.addr.clone()).await.map_err(admin_problem)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": body.id, "addr": body.addr }))))
+    Ok((StatusCode::ACCEPTED, axum::Json(view::NodeAdded { id: body.id, addr: body.addr })))
 }
 
+/// Remove a node from the voters; its shards move.
+#[utoipa::path(
+    delete,
+    path = "/v1/cluster/nodes/{id}",
+    tag = "cluster",
+    params(("id" = String, Path, description = "A node id.")),
+    responses(
+        (status = 202, body = view::NodeRemoved),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn remove_node(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let node_id = parse_node(&id)?;
     ctx.admin.remove_node(node_id).await.map_err(admin_problem)?;
@@ -176,5 +245,5 @@ async fn remove_node(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>)
     if let Err(problem) = commit(&ctx, Command::ForgetNode { node_id, now_ms }).await {
         tracing::info!(node = node_id, ?problem, "removed; the leader will forget the node's record");
     }
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": node_id, "removed": true }))))
+    Ok((StatusCode::ACCEPTED, axum::Json(view::NodeRemoved { id: node_id, removed: true })))
 }

@@ -4,48 +4,61 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use hookraft_core::command::{Command, ReplayTarget};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::lifecycle::lifecycle;
 use hookraft_core::model::{Delivery, DeliveryState};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{commit, parse_id};
 use crate::context::ApiContext;
+use crate::openapi::problems::{BadRequest, Conflict, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
-use crate::views;
+use crate::views::{self, deliveries as view};
 
 /// Page size bounds of `GET /v1/deliveries`.
 pub const LIMIT_DEFAULT: usize = 50;
 pub const LIMIT_MAX: usize = 1_000;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/v1/deliveries", get(list))
-        .route("/v1/deliveries/{id}", get(read))
-        .route("/v1/deliveries/{id}/replay", post(replay))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(list)).routes(routes!(read)).routes(routes!(replay))
 }
 
-#[derive(Deserialize)]
+/// The filters of `GET /v1/deliveries`; every one optional, all must hold.
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// `state=dead` is the dead-letter queue.
+    #[param(value_type = Option<view::StateView>)]
     state: Option<String>,
     endpoint_id: Option<String>,
     event_id: Option<String>,
+    /// Page size, default 50.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
+    /// The `next_cursor` of the page before.
     cursor: Option<String>,
 }
 
+/// List deliveries in id order, without timelines; at most 10,000 are
+/// looked at per call, so a short page with a `next_cursor` means go on.
+#[utoipa::path(
+    get,
+    path = "/v1/deliveries",
+    tag = "deliveries",
+    params(ListQuery),
+    responses((status = 200, body = view::DeliveryPage), (status = 400, response = BadRequest))
+)]
 async fn list(
     State(ctx): State<Arc<ApiContext>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<view::DeliveryPage>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
     let state_filter = q.state.as_deref().map(crate::validate::delivery_state).transpose()?;
     let endpoint: Option<EndpointId> = q
@@ -99,8 +112,8 @@ async fn list(
             page_of(all, keep, limit, LIST_SCAN_MAX)
         }
     };
-    let data: Vec<Value> = page.rows.iter().map(|d| views::delivery(&ctx, d, state.ordering_key(d), None)).collect();
-    Ok(axum::Json(json!({ "data": data, "next_cursor": page.next_cursor })))
+    let data = page.rows.iter().map(|d| views::delivery(&ctx, d, state.ordering_key(d), None)).collect();
+    Ok(axum::Json(view::DeliveryPage { data, next_cursor: page.next_cursor }))
 }
 
 /// Deliveries one listing looks at, at most, filtered or not: a filter that
@@ -153,7 +166,15 @@ fn page_of<'a>(
     Page { rows, next_cursor: None }
 }
 
-async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+/// Read a delivery with its timeline.
+#[utoipa::path(
+    get,
+    path = "/v1/deliveries/{id}",
+    tag = "deliveries",
+    params(("id" = String, Path, description = "A delivery id, `dlv_` and 26 characters.")),
+    responses((status = 200, body = view::DeliveryView), (status = 404, response = NotFound))
+)]
+async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<view::DeliveryView>> {
     let id: DeliveryId = parse_id(&id)?;
     let state = ctx.state.read();
     let delivery = state.deliveries.get(&id).ok_or_else(|| Problem::not_found(format!("no delivery {id}")))?;
@@ -162,11 +183,24 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
     Ok(axum::Json(views::delivery(&ctx, delivery, state.ordering_key(delivery), Some(&stages))))
 }
 
+/// Replay a settled delivery: it is queued again.
+#[utoipa::path(
+    post,
+    path = "/v1/deliveries/{id}/replay",
+    tag = "deliveries",
+    params(("id" = String, Path, description = "A delivery id, `dlv_` and 26 characters.")),
+    responses(
+        (status = 202, body = view::ReplayedDelivery),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn replay(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
     let id: DeliveryId = parse_id(&id)?;
     let now_ms = ctx.clock.wall_ms();
     commit(&ctx, Command::Replay { now_ms, target: ReplayTarget::Delivery(id) }).await?;
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "id": id, "state": "pending" }))))
+    Ok((StatusCode::ACCEPTED, axum::Json(view::ReplayedDelivery { id, state: view::StateView::Pending })))
 }
 
 #[cfg(test)]

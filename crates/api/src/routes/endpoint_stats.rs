@@ -4,48 +4,58 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
-use axum::routing::get;
 use hookraft_core::ids::EndpointId;
 use hookraft_core::state::stats::Counts;
-use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::parse_id;
 use crate::context::ApiContext;
+use crate::openapi::problems::NotFound;
 use crate::problem::{ApiResult, Problem};
+use crate::views::endpoints::{EndpointStats, FailureCounts, LatencyQuantiles, StatsWindows, WindowCounts};
 
 /// The windows reported, by name and length.
 pub const WINDOWS: [(&str, u64); 3] = [("5m", 300_000), ("1h", 3_600_000), ("24h", 86_400_000)];
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/v1/endpoints/{id}/stats", get(stats))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(stats))
 }
 
-fn counts_view(counts: &Counts) -> Value {
+fn counts_view(counts: &Counts) -> WindowCounts {
     let rate = (counts.attempts > 0).then(|| counts.successes as f64 / counts.attempts as f64);
-    json!({
-        "attempts": counts.attempts,
-        "successes": counts.successes,
-        "success_rate": rate,
-        "failures": {
-            "client_4xx": counts.client_errors,
-            "server_5xx": counts.server_errors,
-            "timeout": counts.timeouts,
-            "connect": counts.connect_errors,
-            "other": counts.other_errors,
+    WindowCounts {
+        attempts: counts.attempts,
+        successes: counts.successes,
+        success_rate: rate,
+        failures: FailureCounts {
+            client_4xx: counts.client_errors,
+            server_5xx: counts.server_errors,
+            timeout: counts.timeouts,
+            connect: counts.connect_errors,
+            other: counts.other_errors,
         },
         // The upper bound of the histogram bucket each quantile falls in;
         // null without attempts or past the last bound (30 s).
-        "latency_ms": {
-            "p50": counts.latency_quantile_ms(0.5),
-            "p90": counts.latency_quantile_ms(0.9),
-            "p99": counts.latency_quantile_ms(0.99),
+        latency_ms: LatencyQuantiles {
+            p50: counts.latency_quantile_ms(0.5),
+            p90: counts.latency_quantile_ms(0.9),
+            p99: counts.latency_quantile_ms(0.99),
         },
-    })
+    }
 }
 
-async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+/// An endpoint's recent attempts, by window (5 minutes, 1 hour, 24 hours),
+/// as the answering node counted them from the outcomes it applied.
+#[utoipa::path(
+    get,
+    path = "/v1/endpoints/{id}/stats",
+    tag = "endpoints",
+    params(("id" = String, Path, description = "An endpoint id, `ep_` and 26 characters.")),
+    responses((status = 200, body = EndpointStats), (status = 404, response = NotFound))
+)]
+async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<EndpointStats>> {
     let id: EndpointId = parse_id(&id)?;
     let now_ms = ctx.clock.wall_ms();
     let state = ctx.state.read();
@@ -53,10 +63,8 @@ async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Ap
         return Err(Problem::not_found(format!("no endpoint {id}")));
     }
     let stats = state.endpoint_stats(&id);
-    let mut windows = serde_json::Map::new();
-    for (name, length_ms) in WINDOWS {
-        let counts = stats.map(|s| s.window(now_ms, length_ms)).unwrap_or_default();
-        windows.insert(name.to_string(), counts_view(&counts));
-    }
-    Ok(axum::Json(json!({"endpoint_id": id, "node_id": ctx.node_id, "windows": windows})))
+    let [five_minutes, one_hour, one_day] =
+        WINDOWS.map(|(_, length_ms)| counts_view(&stats.map(|s| s.window(now_ms, length_ms)).unwrap_or_default()));
+    let windows = StatsWindows { five_minutes, one_hour, one_day };
+    Ok(axum::Json(EndpointStats { endpoint_id: id, node_id: ctx.node_id, windows }))
 }

@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, EndpointPatch, ReplayTarget, Response};
 use hookraft_core::ids::{DeliveryId, EndpointId, IdParseError, SourceId};
@@ -18,39 +16,63 @@ use hookraft_core::ordering::OnDead;
 use hookraft_core::signing::Secret;
 use hookraft_core::state::{ENDPOINT_SOURCES_MAX, REPLAY_BATCH_MAX};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{commit, parse_id};
 use crate::context::ApiContext;
 use crate::extract::{JsonBody, OptionalJsonBody};
+use crate::openapi::problems::{BadRequest, Conflict, InvalidField, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
 use crate::validate::{self, RetryInput, double_option};
-use crate::views;
+use crate::views::{self, endpoints as view};
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/v1/endpoints", post(create).get(list))
-        .route("/v1/endpoints/{id}", get(read).patch(update).delete(remove))
-        .route("/v1/endpoints/{id}/rotate-secret", post(rotate_secret))
-        .route("/v1/endpoints/{id}/replay", post(replay_dead))
-        .route("/v1/endpoints/{id}/blocked-keys", get(blocked_keys))
-        .route("/v1/endpoints/{id}/blocked-keys/skip", post(skip_blocked))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(read, update, remove))
+        .routes(routes!(rotate_secret))
+        .routes(routes!(replay_dead))
+        .routes(routes!(blocked_keys))
+        .routes(routes!(skip_blocked))
 }
 
-#[derive(Deserialize)]
+/// An endpoint to register.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateEndpoint {
+    /// Where deliveries go: http(s), and not a private address unless the node allows it.
+    #[schema(format = "uri", example = "https://example.com/hook")]
     url: String,
+    /// `whsec_<base64>` of a 24 to 64 byte key; generated when absent.
     secret: Option<String>,
+    #[schema(max_length = 1024)]
     description: Option<String>,
+    /// The event types it receives; absent or `null`: every type.
+    #[schema(max_items = 256)]
     event_types: Option<Vec<String>>,
+    /// Default 10.
+    #[schema(minimum = 1, maximum = 1000)]
     max_in_flight: Option<u32>,
+    /// Absent or `null`: unlimited.
+    #[schema(minimum = 1, maximum = 100000)]
     rate_limit_per_s: Option<u32>,
+    /// Default 15000.
+    #[schema(minimum = 100, maximum = 30000)]
     timeout_ms: Option<u32>,
     retry: Option<RetryInput>,
+    /// `none` (default) or `per_key`.
+    #[schema(value_type = Option<view::OrderingView>)]
     ordering: Option<String>,
+    /// Only with `per_key`: `block` (default) or `skip`.
+    #[schema(value_type = Option<view::OnDeadView>)]
     on_dead: Option<String>,
+    /// Source ids (or `hookraft` for operational events) whose events it receives instead of the producers'.
+    #[schema(max_items = 16)]
     sources: Option<Vec<String>>,
+    /// Disable after every attempt failed this long; 0 never. Default 432000 (5 days).
+    #[schema(maximum = 7776000)]
     disable_after_s: Option<u64>,
 }
 
@@ -115,6 +137,18 @@ fn ordering_of(ordering: Option<&str>, on_dead: Option<&str>, current: Ordering)
     Ok(if per_key { Ordering::PerKey { on_dead } } else { Ordering::None })
 }
 
+/// Register an endpoint.
+#[utoipa::path(
+    post,
+    path = "/v1/endpoints",
+    tag = "endpoints",
+    request_body = CreateEndpoint,
+    responses(
+        (status = 201, description = "The endpoint, with its secret.", body = view::EndpointView),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn create(
     State(ctx): State<Arc<ApiContext>>,
     JsonBody(body): JsonBody<CreateEndpoint>,
@@ -148,48 +182,85 @@ async fn create(
     Ok((StatusCode::CREATED, axum::Json(endpoint_view(&ctx, &id)?)))
 }
 
-fn endpoint_view(ctx: &ApiContext, id: &EndpointId) -> ApiResult<Value> {
+fn endpoint_view(ctx: &ApiContext, id: &EndpointId) -> ApiResult<view::EndpointView> {
     let state = ctx.state.read();
     let endpoint = state.endpoints.get(id).ok_or_else(|| Problem::not_found(format!("no endpoint {id}")))?;
     Ok(views::endpoint(endpoint))
 }
 
-async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+/// List every endpoint.
+#[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", responses((status = 200, body = view::EndpointList)))]
+async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::EndpointList> {
     let state = ctx.state.read();
-    let data: Vec<Value> = state.endpoints.values().map(views::endpoint).collect();
-    axum::Json(json!({ "data": data }))
+    axum::Json(view::EndpointList { data: state.endpoints.values().map(views::endpoint).collect() })
 }
 
-async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+/// Read an endpoint.
+#[utoipa::path(
+    get,
+    path = "/v1/endpoints/{id}",
+    tag = "endpoints",
+    params(EndpointPath),
+    responses((status = 200, body = view::EndpointView), (status = 404, response = NotFound))
+)]
+async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<view::EndpointView>> {
     let id: EndpointId = parse_id(&id)?;
     endpoint_view(&ctx, &id).map(axum::Json)
 }
 
-#[derive(Deserialize)]
+/// Changes to an endpoint: any field of [`CreateEndpoint`] but `secret`,
+/// and `disabled`; `null` clears `description`, `event_types` and
+/// `rate_limit_per_s`; `retry` replaces the policy.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PatchEndpoint {
+    #[schema(format = "uri")]
     url: Option<String>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(max_length = 1024)]
     description: Option<Option<String>>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(max_items = 256)]
     event_types: Option<Option<Vec<String>>>,
+    #[schema(minimum = 1, maximum = 1000)]
     max_in_flight: Option<u32>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 100000)]
     rate_limit_per_s: Option<Option<u32>>,
+    #[schema(minimum = 100, maximum = 30000)]
     timeout_ms: Option<u32>,
     retry: Option<RetryInput>,
+    /// `false` enables it again (its failing time starts over).
     disabled: Option<bool>,
+    #[schema(value_type = Option<view::OrderingView>)]
     ordering: Option<String>,
+    #[schema(value_type = Option<view::OnDeadView>)]
     on_dead: Option<String>,
+    #[schema(max_items = 16)]
     sources: Option<Vec<String>>,
+    #[schema(maximum = 7776000)]
     disable_after_s: Option<u64>,
 }
 
+/// Change an endpoint.
+#[utoipa::path(
+    patch,
+    path = "/v1/endpoints/{id}",
+    tag = "endpoints",
+    params(EndpointPath),
+    request_body = PatchEndpoint,
+    responses(
+        (status = 200, description = "The endpoint as changed.", body = view::EndpointView),
+        (status = 404, response = NotFound),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn update(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<PatchEndpoint>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<view::EndpointView>> {
     let id: EndpointId = parse_id(&id)?;
     let current = ctx.state.read().endpoints.get(&id).map(|e| e.ordering);
     let Some(current) = current else { return Err(Problem::not_found(format!("no endpoint {id}"))) }; // 404 before validating
@@ -235,6 +306,18 @@ async fn update(
     endpoint_view(&ctx, &id).map(axum::Json)
 }
 
+/// Delete an endpoint; its queued deliveries are dead-lettered.
+#[utoipa::path(
+    delete,
+    path = "/v1/endpoints/{id}",
+    tag = "endpoints",
+    params(EndpointPath),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 404, response = NotFound),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn remove(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id: EndpointId = parse_id(&id)?;
     let now_ms = ctx.clock.wall_ms();
@@ -242,18 +325,36 @@ async fn remove(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> A
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Default, Deserialize)]
+/// A new signing secret; the body is optional.
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RotateSecret {
+    /// `whsec_<base64>`; generated when absent.
     secret: Option<String>,
+    /// How long the previous secret keeps signing; at most 604800 (7 days).
+    #[schema(maximum = 604800)]
     grace_period_s: Option<u64>,
 }
 
+/// Rotate an endpoint's signing secret; until the previous one expires, every request carries both signatures.
+#[utoipa::path(
+    post,
+    path = "/v1/endpoints/{id}/rotate-secret",
+    tag = "endpoints",
+    params(EndpointPath),
+    request_body(content = Option<RotateSecret>, content_type = "application/json"),
+    responses(
+        (status = 200, body = view::RotatedSecret),
+        (status = 404, response = NotFound),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn rotate_secret(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
     OptionalJsonBody(body): OptionalJsonBody<RotateSecret>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<view::RotatedSecret>> {
     let id: EndpointId = parse_id(&id)?;
     let secret = match &body.secret {
         Some(text) => Secret::parse(text).map_err(|e| Problem::invalid(format!("secret: {e}")))?,
@@ -264,20 +365,35 @@ async fn rotate_secret(
     let grace_until_ms = now_ms + grace_ms;
     let whsec = secret.to_whsec();
     commit(&ctx, Command::RotateSecret { id, secret, grace_until_ms, now_ms }).await?;
-    Ok(axum::Json(json!({
-        "secret": whsec,
-        "previous_secret_expires_at": hookraft_core::clock::format_rfc3339_ms(grace_until_ms),
-    })))
+    Ok(axum::Json(view::RotatedSecret {
+        secret: whsec,
+        previous_secret_expires_at: views::Timestamp::from_ms(grace_until_ms),
+    }))
 }
 
-#[derive(Default, Deserialize)]
+/// Which dead deliveries to replay; the body is optional, every field too.
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BulkReplay {
+    /// Only `dead`.
+    #[schema(value_type = Option<BulkState>)]
     state: Option<String>,
+    /// Deliveries created from this time on.
+    #[schema(format = DateTime)]
     since: Option<String>,
+    /// Deliveries created before this time; absent: before the call.
+    #[schema(format = DateTime)]
     until: Option<String>,
     /// The `next_cursor` of the call before: where this one goes on.
     cursor: Option<String>,
+}
+
+/// The state a bulk replay takes.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)] // Documents the one accepted value.
+enum BulkState {
+    Dead,
 }
 
 /// Bulk-replay entries one call proposes at most, one after another: up to
@@ -286,6 +402,22 @@ struct BulkReplay {
 /// commits. A larger replay answers with a cursor to go on from.
 pub const REPLAY_ENTRIES_PER_CALL: usize = 32;
 
+/// Replay an endpoint's dead deliveries, oldest first, up to 16,384 per call.
+#[utoipa::path(
+    post,
+    path = "/v1/endpoints/{id}/replay",
+    tag = "endpoints",
+    params(EndpointPath),
+    request_body(content = Option<BulkReplay>, content_type = "application/json"),
+    responses(
+        (status = 202, description = "What was replayed; post again with `next_cursor` while it is set.", body = view::BulkReplayed),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn replay_dead(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
@@ -333,57 +465,98 @@ async fn replay_dead(
             break;
         }
     }
-    let next_cursor = after.map(|id| id.to_string());
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "replayed": replayed, "next_cursor": next_cursor }))))
+    Ok((StatusCode::ACCEPTED, axum::Json(view::BulkReplayed { replayed, next_cursor: after })))
 }
 
 /// Ordering keys one listing of blocked keys looks at, at most.
 pub const BLOCKED_SCAN_MAX: usize = 10_000;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct BlockedQuery {
+    /// The `next_cursor` of the page before.
     cursor: Option<String>,
 }
 
-/// `GET /v1/endpoints/{id}/blocked-keys`: the ordering keys a dead
-/// delivery blocks, with that delivery, in key order.
+/// The ordering keys a dead delivery blocks, with that delivery, in key
+/// order; one call looks at 10,000 keys at most.
+#[utoipa::path(
+    get,
+    path = "/v1/endpoints/{id}/blocked-keys",
+    tag = "endpoints",
+    params(EndpointPath, BlockedQuery),
+    responses(
+        (status = 200, body = view::BlockedKeys),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+    )
+)]
 async fn blocked_keys(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
-    axum::extract::Query(query): axum::extract::Query<BlockedQuery>,
-) -> ApiResult<axum::Json<Value>> {
+    query: Result<axum::extract::Query<BlockedQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<axum::Json<view::BlockedKeys>> {
     let id: EndpointId = parse_id(&id)?;
+    let axum::extract::Query(query) = query.map_err(|e| Problem::malformed(e.body_text()))?;
     let state = ctx.state.read();
     if !state.endpoints.contains_key(&id) {
         return Err(Problem::not_found(format!("no endpoint {id}")));
     }
     let (blocked, next) = state.blocked_keys(&id, query.cursor.as_deref(), BLOCKED_SCAN_MAX);
-    let data: Vec<Value> = blocked
+    let data = blocked
         .iter()
-        .map(|(key, sequence, head)| json!({"ordering_key": key, "delivery_id": head, "sequence": sequence}))
+        .map(|(key, sequence, head)| view::BlockedKey {
+            ordering_key: key.to_string(),
+            delivery_id: *head,
+            sequence: *sequence,
+        })
         .collect();
-    Ok(axum::Json(json!({"data": data, "next_cursor": next})))
+    Ok(axum::Json(view::BlockedKeys { data, next_cursor: next.map(String::from) }))
 }
 
-#[derive(Deserialize)]
+/// The blocked key to let go.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SkipBody {
     ordering_key: String,
 }
 
-/// `POST /v1/endpoints/{id}/blocked-keys/skip`: the dead delivery blocking
-/// the key stays dead, marked skipped, and the key's next delivery goes.
+/// Let a blocked key go: the dead delivery blocking it stays dead, marked
+/// skipped, and the key's next delivery goes.
+#[utoipa::path(
+    post,
+    path = "/v1/endpoints/{id}/blocked-keys/skip",
+    tag = "endpoints",
+    params(EndpointPath),
+    request_body = SkipBody,
+    responses(
+        (status = 200, body = view::Skipped),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn skip_blocked(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<SkipBody>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<view::Skipped>> {
     let endpoint_id: EndpointId = parse_id(&id)?;
     let now_ms = ctx.clock.wall_ms();
     let command = Command::SkipBlocked { endpoint_id, ordering_key: body.ordering_key, now_ms };
     match commit(&ctx, command).await? {
-        Response::SkippedBlocked { skipped, next } => Ok(axum::Json(json!({"skipped": skipped, "next": next}))),
+        Response::SkippedBlocked { skipped, next } => Ok(axum::Json(view::Skipped { skipped, next })),
         other => Err(Problem::internal(format!("unexpected answer to a skip: {other:?}"))),
     }
+}
+
+/// The `{id}` of the routes above.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documents the path parameter; handlers take it as text.
+struct EndpointPath {
+    /// An endpoint id, `ep_` and 26 characters.
+    id: String,
 }

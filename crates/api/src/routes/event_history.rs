@@ -5,24 +5,24 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, ReplayTarget, Response};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::model::{Delivery, DeliveryState, Event};
 use hookraft_core::state::ClusterState;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{commit, parse_id};
 use crate::context::ApiContext;
 use crate::extract::OptionalJsonBody;
+use crate::openapi::problems::{BadRequest, InvalidField, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
-use crate::views;
+use crate::views::{self, events as view};
 
 /// Page size bounds of `GET /v1/events`.
 pub const EVENTS_LIMIT_DEFAULT: usize = 50;
@@ -31,19 +31,33 @@ pub const EVENTS_LIMIT_MAX: usize = 1_000;
 /// matches little answers a short page and a cursor to go on from.
 pub const EVENTS_SCAN_MAX: usize = 10_000;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/v1/events", get(list)).route("/v1/events/{id}/replay", post(replay))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(list)).routes(routes!(replay))
 }
 
-#[derive(Deserialize)]
+/// The filters of `GET /v1/events`; every one optional, all must hold.
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// The event type, exactly.
+    #[param(rename = "type")]
     r#type: Option<String>,
+    /// Received at or after this time.
+    #[param(format = DateTime)]
     since: Option<String>,
+    /// Received before this time.
+    #[param(format = DateTime)]
     until: Option<String>,
+    /// With a delivery to this endpoint.
     endpoint_id: Option<String>,
+    /// With a delivery in this state (and to `endpoint_id`, when given).
+    #[param(value_type = Option<views::deliveries::StateView>)]
     state: Option<String>,
+    /// Page size, default 50.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
+    /// The `next_cursor` of the page before.
     cursor: Option<String>,
 }
 
@@ -100,10 +114,20 @@ impl Filter {
     }
 }
 
+/// List events in the order they were received, without payloads; at most
+/// 10,000 are looked at per call, so a short page with a `next_cursor`
+/// means go on.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    tag = "events",
+    params(ListQuery),
+    responses((status = 200, body = view::EventPage), (status = 400, response = BadRequest))
+)]
 async fn list(
     State(ctx): State<Arc<ApiContext>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<view::EventPage>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
     let filter = Filter::parse(&q)?;
     let limit =
@@ -136,27 +160,23 @@ async fn list(
             break;
         }
     }
-    Ok(axum::Json(json!({ "data": data, "next_cursor": next_cursor })))
+    Ok(axum::Json(view::EventPage { data, next_cursor }))
 }
 
 /// The id of the page's last event: where the next page starts after.
-fn data_cursor(data: &[Value]) -> String {
-    data.last().and_then(|e| e["id"].as_str()).unwrap_or_default().to_string()
+fn data_cursor(data: &[view::EventSummary]) -> String {
+    data.last().map(|e| e.id.to_string()).unwrap_or_default()
 }
 
 /// An event in a listing: no payload (read one event for it).
-fn summary(ctx: &ApiContext, state: &ClusterState, event: &Event) -> Value {
+fn summary(ctx: &ApiContext, state: &ClusterState, event: &Event) -> view::EventSummary {
     let deliveries: Vec<&Delivery> =
         event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
-    let mut view = views::event(ctx, event, &deliveries);
-    if let Some(fields) = view.as_object_mut() {
-        fields.remove("payload");
-        fields.remove("payload_error");
-    }
-    view
+    view::summary(ctx, event, &deliveries)
 }
 
-#[derive(Default, Deserialize)]
+/// What to replay; the body is optional.
+#[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplayBody {
     /// Replay delivered deliveries too (sending the event again to endpoints
@@ -165,10 +185,26 @@ struct ReplayBody {
     include_delivered: bool,
 }
 
-/// `POST /v1/events/{id}/replay`: every settled delivery of the event
+/// Replay an event's settled deliveries.
+///
+/// Every settled delivery of the event
 /// (dead, ignored as stale, and delivered ones when asked) is queued again,
 /// in one log entry; unsettled ones are skipped, as are deliveries to
 /// disabled or deleted endpoints, each with its reason.
+#[utoipa::path(
+    post,
+    path = "/v1/events/{id}/replay",
+    tag = "events",
+    params(("id" = String, Path, description = "An event id, `evt_` and 26 characters.")),
+    request_body(content = Option<ReplayBody>, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Which deliveries were queued again, and which were left out and why.",
+            body = view::EventReplayed),
+        (status = 404, response = NotFound),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn replay(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
@@ -179,7 +215,7 @@ async fn replay(
         let state = ctx.state.read();
         let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
         let mut chosen: Vec<DeliveryId> = Vec::new();
-        let mut skipped: Vec<Value> = Vec::new();
+        let mut skipped: Vec<view::SkippedDelivery> = Vec::new();
         for delivery in event.deliveries.iter().filter_map(|d| state.deliveries.get(d)) {
             let reason = match delivery.state {
                 s if !s.is_terminal() => Some("not settled"),
@@ -191,7 +227,7 @@ async fn replay(
                 },
             };
             match reason {
-                Some(reason) => skipped.push(json!({"id": delivery.id, "reason": reason})),
+                Some(reason) => skipped.push(view::SkippedDelivery { id: delivery.id, reason: reason.to_string() }),
                 None => chosen.push(delivery.id),
             }
         }
@@ -206,13 +242,17 @@ async fn replay(
         };
         // Each one may have changed since it was read: say which went.
         for (delivery, answer) in chosen.iter().zip(answers) {
-            match answer {
-                Response::Replayed { .. } => replayed.push(json!(delivery)),
-                Response::NotFound { what } => skipped.push(json!({"id": delivery, "reason": format!("no {what}")})),
-                Response::Conflict { detail } => skipped.push(json!({"id": delivery, "reason": detail})),
-                other => skipped.push(json!({"id": delivery, "reason": format!("{other:?}")})),
-            }
+            let reason = match answer {
+                Response::Replayed { .. } => {
+                    replayed.push(*delivery);
+                    continue;
+                }
+                Response::NotFound { what } => format!("no {what}"),
+                Response::Conflict { detail } => detail,
+                other => format!("{other:?}"),
+            };
+            skipped.push(view::SkippedDelivery { id: *delivery, reason });
         }
     }
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({"event_id": id, "replayed": replayed, "skipped": skipped}))))
+    Ok((StatusCode::ACCEPTED, axum::Json(view::EventReplayed { event_id: id, replayed, skipped })))
 }

@@ -4,11 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use hookraft_core::command::{IngestResult, NewEvent};
 use hookraft_core::ids::{EndpointId, EventId};
 use hookraft_core::model::Delivery;
@@ -16,11 +14,15 @@ use hookraft_core::state::{ClusterState, Usage, new_event_bytes};
 use hookraft_delivery::batcher::ProposeError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::parse_id;
 use crate::admission::Reservation;
 use crate::context::ApiContext;
 use crate::extract::{parse_json, read_body};
+use crate::openapi::problems::{BadRequest, IngestUnavailable, InvalidField, NotFound};
 use crate::problem::{ApiResult, OVER_BUDGET, Problem};
 use crate::{validate, views};
 
@@ -31,46 +33,67 @@ pub const ENDPOINT_IDS_MAX: usize = 1_000;
 /// Most events in one `POST /v1/events/batch`.
 pub const BATCH_EVENTS_MAX: usize = 1_000;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/v1/events", post(ingest))
-        .route("/v1/events/batch", post(ingest_batch))
-        .route("/v1/events/{id}", get(read))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    // `GET /v1/events` (the listing) is in `event_history`.
+    OpenApiRouter::new().routes(routes!(ingest)).routes(routes!(ingest_batch)).routes(routes!(read))
 }
 
-#[derive(Deserialize)]
+/// An event to ingest.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PostEvent<'a> {
+    /// 1 to 256 bytes, no control characters.
+    #[schema(min_length = 1, max_length = 256, example = "order.created")]
     r#type: String,
+    /// Any JSON: what the endpoints receive as the body.
     #[serde(borrow)]
+    #[schema(value_type = Value)]
     payload: &'a RawValue,
+    /// Endpoints to deliver to; absent: every enabled endpoint whose `event_types` take the type.
+    #[schema(max_items = 1000)]
     endpoint_ids: Option<Vec<String>>,
+    /// Orders the event behind earlier events of the key at endpoints with `ordering: per_key`;
+    /// 1 to 256 printable ASCII characters.
+    #[schema(min_length = 1, max_length = 256)]
     ordering_key: Option<String>,
 }
 
 /// One event of `POST /v1/events/batch`: a [`PostEvent`] with its
 /// idempotency key in the body instead of a header.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BatchEvent<'a> {
+    #[schema(min_length = 1, max_length = 256, example = "order.created")]
     r#type: String,
     #[serde(borrow)]
+    #[schema(value_type = Value)]
     payload: &'a RawValue,
+    #[schema(max_items = 1000)]
     endpoint_ids: Option<Vec<String>>,
+    /// 1 to 256 printable ASCII characters.
+    #[schema(min_length = 1, max_length = 256)]
     idempotency_key: Option<String>,
+    #[schema(min_length = 1, max_length = 256)]
     ordering_key: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// 1 to 1,000 events, committed together or not at all.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PostBatch<'a> {
     #[serde(borrow)]
+    #[schema(min_items = 1, max_items = 1000)]
     events: Vec<BatchEvent<'a>>,
 }
 
-#[derive(serde::Serialize)]
-struct BatchAnswers<'a> {
-    events: Vec<views::BatchAnswer<'a>>,
+/// Idempotency of `POST /v1/events`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Documents the header; the handler reads it from the request.
+struct IngestHeaders {
+    /// 1 to 256 printable ASCII characters: a repeat answers the first event and creates nothing.
+    #[param(rename = "Idempotency-Key", min_length = 1, max_length = 256)]
+    idempotency_key: Option<String>,
 }
 
 /// Counts a failed ingest request and turns its problem into the answer.
@@ -82,10 +105,41 @@ fn rejected(ctx: &ApiContext, problem: Problem) -> Response {
     problem.into_response()
 }
 
+/// Ingest an event; answered once it is committed, never before.
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    tag = "events",
+    params(IngestHeaders),
+    request_body = PostEvent,
+    responses(
+        (status = 202, description = "Committed: the event and its deliveries.", body = views::IngestAnswer),
+        (status = 200, description = "A repeated `Idempotency-Key`: the first event's answer; nothing created.",
+            body = views::IngestAnswer,
+            headers(("Idempotent-Replay" = String, description = "`true`"))),
+        (status = 400, response = BadRequest),
+        (status = 422, response = InvalidField),
+        (status = 503, response = IngestUnavailable),
+    )
+)]
 async fn ingest(State(ctx): State<Arc<ApiContext>>, request: Request) -> Response {
     ingest_inner(&ctx, request).await.unwrap_or_else(|problem| rejected(&ctx, problem))
 }
 
+/// Ingest 1 to 1,000 events in one log entry: every event is checked
+/// first (one bad event refuses the whole batch), then all are committed
+/// together or none.
+#[utoipa::path(
+    post,
+    path = "/v1/events/batch",
+    tag = "events",
+    request_body = PostBatch,
+    responses(
+        (status = 202, description = "One result per event, in the order sent.", body = views::events::BatchAnswers),
+        (status = 422, response = InvalidField),
+        (status = 503, response = IngestUnavailable),
+    )
+)]
 async fn ingest_batch(State(ctx): State<Arc<ApiContext>>, request: Request) -> Response {
     ingest_batch_inner(&ctx, request).await.unwrap_or_else(|problem| rejected(&ctx, problem))
 }
@@ -214,7 +268,7 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
         };
         answers.push(views::BatchAnswer::event(status.as_u16(), ingest_answer(&state, event_id)?));
     }
-    Ok((StatusCode::ACCEPTED, axum::Json(BatchAnswers { events: answers })).into_response())
+    Ok((StatusCode::ACCEPTED, axum::Json(views::events::BatchAnswers { events: answers })).into_response())
 }
 
 /// Admits `events` within the node's budgets, holding their room until
@@ -326,7 +380,18 @@ fn ingest_answer<'a>(state: &'a ClusterState, event_id: &EventId) -> ApiResult<v
     Ok(views::ingest_answer(event, &deliveries))
 }
 
-async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<serde_json::Value>> {
+/// Read an event, its payload opened with this node's keyring.
+#[utoipa::path(
+    get,
+    path = "/v1/events/{id}",
+    tag = "events",
+    params(("id" = String, Path, description = "An event id, `evt_` and 26 characters.")),
+    responses((status = 200, body = views::events::EventView), (status = 404, response = NotFound))
+)]
+async fn read(
+    State(ctx): State<Arc<ApiContext>>,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<views::events::EventView>> {
     let id: EventId = parse_id(&id)?;
     let (event, mut view) = {
         let state = ctx.state.read();

@@ -5,26 +5,35 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
 use hookraft_core::state::Usage;
 use hookraft_delivery::metrics::LATENCY_BUCKETS_MS;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::admission::{Admission, Budget};
 use crate::context::ApiContext;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/metrics", get(metrics))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(healthz)).routes(routes!(readyz)).routes(routes!(metrics))
 }
 
+/// The process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+)]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `/readyz` does not look at the budgets: a full budget is back-pressure
+/// The node can take writes: it has a leader and has applied the log.
+///
+/// It does not look at the budgets: a full budget is back-pressure
 /// on ingest, not a node that cannot serve (reads, replays, cluster
 /// administration and delivery all go on), so a load balancer must not
 /// take it out.
@@ -33,6 +42,17 @@ async fn healthz() -> &'static str {
 /// of a load balancer would not send those deliveries either): the body
 /// names each key payloads needed that the keyring lacks, for an operator
 /// to see, and `/metrics` counts them.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`ready`, then a warning line per payload key this node lacks.",
+            body = String, content_type = "text/plain"),
+        (status = 503, description = "`not ready`: no leader, or the log not applied yet.",
+            body = String, content_type = "text/plain"),
+    )
+)]
 async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, String) {
     let (status, mut body) = if ctx.cluster.ready() {
         (StatusCode::OK, String::from("ready\n"))
@@ -91,6 +111,13 @@ fn load(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
+/// This node's metrics, in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text.", body = String, content_type = "text/plain"))
+)]
 async fn metrics(State(ctx): State<Arc<ApiContext>>) -> impl IntoResponse {
     let mut out = String::with_capacity(4_096);
     let a = &ctx.metrics;

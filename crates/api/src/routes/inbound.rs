@@ -15,22 +15,24 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use hookraft_core::command::{IngestResult, NewEvent};
 use hookraft_core::ids::{EventId, SourceId};
 use hookraft_core::inbound::{Inbound, Locator, PROVIDER_TEXT_BYTES_MAX, Source, Version, verify};
 use hookraft_core::ratelimit::TokenBucket;
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::parse_id;
 use crate::context::ApiContext;
 use crate::extract::read_body;
+use crate::openapi::problems::{BadRequest, BadSignature, Forbidden, IngestUnavailable, NotFound, RateLimited};
 use crate::problem::{ApiResult, Problem};
 use crate::validate;
+use crate::views::sources::{InboundAccepted, InboundDuplicate};
 
 /// The address a request's connection came from: the node's server puts
 /// it in each request's extensions, for sources' allowlists. A request
@@ -38,8 +40,8 @@ use crate::validate;
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/in/{source_id}", post(receive))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(receive))
 }
 
 /// The event type of an inbound event whose source says nowhere, or whose
@@ -71,6 +73,33 @@ impl InboundGate {
     }
 }
 
+/// A provider's webhook, to a source's ingress.
+///
+/// No API token: the provider's signature, by the source's scheme, is the
+/// credential. Checked in this order, and nothing is stored for a refused
+/// request: the source exists (404) and is enabled (403), the caller is in
+/// its allowlist (403) and within its rate limit (429), the body fits and
+/// is sent as JSON (413, 415), the signature holds (401), the body has a
+/// provider event id (400). A repeat of a committed provider event id
+/// answers 200 and creates nothing.
+#[utoipa::path(
+    post,
+    path = "/in/{source_id}",
+    tag = "inbound",
+    params(("source_id" = String, Path, description = "A source id, `src_` and 26 characters.")),
+    request_body(content = Value, description = "The provider's JSON, signed by its scheme; kept as received.",
+        content_type = "application/json"),
+    responses(
+        (status = 200, description = "Committed as a new event, or a repeat of one (`duplicate`).",
+            body = AcceptedOrDuplicate),
+        (status = 400, response = BadRequest),
+        (status = 401, response = BadSignature),
+        (status = 403, response = Forbidden),
+        (status = 404, response = NotFound),
+        (status = 429, response = RateLimited),
+        (status = 503, response = IngestUnavailable),
+    )
+)]
 async fn receive(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>, request: Request) -> Response {
     let result = receive_inner(&ctx, &id, request).await;
     let m = &ctx.metrics;
@@ -88,7 +117,11 @@ async fn receive(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>, req
     }
 }
 
-async fn receive_inner(ctx: &ApiContext, id: &str, request: Request) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+async fn receive_inner(
+    ctx: &ApiContext,
+    id: &str,
+    request: Request,
+) -> ApiResult<(StatusCode, axum::Json<AcceptedOrDuplicate>)> {
     let id: SourceId = parse_id(id)?;
     let source = ctx.state.read().inbound.sources.get(&id).cloned();
     let source = source.ok_or_else(|| Problem::not_found(format!("no source {id}")))?;
@@ -128,7 +161,8 @@ async fn receive_inner(ctx: &ApiContext, id: &str, request: Request) -> ApiResul
     match ctx.ingest.submit(event).await? {
         IngestResult::Created { event_id, deliveries } => {
             ctx.metrics.inbound_accepted_total.fetch_add(1, Ordering::Relaxed);
-            Ok((StatusCode::OK, axum::Json(json!({"event_id": event_id, "deliveries": deliveries.len()}))))
+            let accepted = InboundAccepted { event_id, deliveries: deliveries.len() };
+            Ok((StatusCode::OK, axum::Json(AcceptedOrDuplicate::Accepted(accepted))))
         }
         IngestResult::Duplicate { event_id } => Ok(duplicate(ctx, event_id)),
         IngestResult::UnknownEndpoint { endpoint_id } => {
@@ -137,9 +171,17 @@ async fn receive_inner(ctx: &ApiContext, id: &str, request: Request) -> ApiResul
     }
 }
 
-fn duplicate(ctx: &ApiContext, event_id: EventId) -> (StatusCode, axum::Json<Value>) {
+/// The answer to a provider's request.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+enum AcceptedOrDuplicate {
+    Accepted(InboundAccepted),
+    Duplicate(InboundDuplicate),
+}
+
+fn duplicate(ctx: &ApiContext, event_id: EventId) -> (StatusCode, axum::Json<AcceptedOrDuplicate>) {
     ctx.metrics.inbound_duplicates_total.fetch_add(1, Ordering::Relaxed);
-    (StatusCode::OK, axum::Json(json!({"event_id": event_id, "duplicate": true})))
+    (StatusCode::OK, axum::Json(AcceptedOrDuplicate::Duplicate(InboundDuplicate { event_id, duplicate: true })))
 }
 
 /// An empty allowlist lets everyone in; otherwise the caller's address must

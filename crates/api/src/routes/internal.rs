@@ -29,7 +29,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response as HttpResponse};
-use axum::routing::post;
 use hookraft_core::command::Command;
 use hookraft_core::redact::SecretString;
 use hookraft_raft::rpc::{
@@ -39,7 +38,10 @@ use hookraft_raft::rpc::{
 use hookraft_raft::{NodeId, Raft};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use crate::openapi::problems::{BadRequest, PayloadTooLarge, Unavailable};
 use crate::problem::Problem;
 
 /// How long a Raft RPC handler waits for the local Raft. The sender gives
@@ -86,13 +88,20 @@ impl fmt::Debug for InternalRpc {
     }
 }
 
+/// The internal routes, each with its part of the document (tagged
+/// `internal`: bincode bodies, for nodes only).
+pub fn routes() -> OpenApiRouter<Arc<InternalRpc>> {
+    OpenApiRouter::new()
+        .routes(routes!(append))
+        .routes(routes!(vote))
+        .routes(routes!(snapshot))
+        .routes(routes!(propose))
+}
+
 /// The internal routes, with their own state, to `merge` into the node's router.
 pub fn router(rpc: Arc<InternalRpc>) -> Router {
-    Router::new()
-        .route(rpc::APPEND_PATH, post(append))
-        .route(rpc::VOTE_PATH, post(vote))
-        .route(rpc::SNAPSHOT_PATH, post(snapshot))
-        .route(rpc::PROPOSE_PATH, post(propose))
+    let (routes, _) = routes().split_for_parts();
+    routes
         .route_layer(axum::middleware::from_fn_with_state(rpc.clone(), require_cluster_secret))
         .layer(DefaultBodyLimit::max(RPC_BODY_BYTES_MAX))
         .with_state(rpc)
@@ -111,6 +120,19 @@ async fn require_cluster_secret(State(rpc): State<Arc<InternalRpc>>, request: Re
     }
 }
 
+/// Raft append entries, from the leader.
+#[utoipa::path(
+    post,
+    path = rpc::APPEND_PATH,
+    tag = "internal",
+    request_body(content = Vec<u8>, description = "A bincode `AppendRequest`.", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "A bincode `RaftReply` of the append.", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn append(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
     let request: AppendRequest = match decode_body("append entries request", body) {
         Ok(request) => request,
@@ -119,6 +141,19 @@ async fn append(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRe
     answer("append entries reply", rpc.raft.append_entries(request)).await
 }
 
+/// A Raft vote request, from a candidate.
+#[utoipa::path(
+    post,
+    path = rpc::VOTE_PATH,
+    tag = "internal",
+    request_body(content = Vec<u8>, description = "A bincode `VoteRequest`.", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "A bincode `RaftReply` of the vote.", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn vote(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
     let request: VoteRequest = match decode_body("vote request", body) {
         Ok(request) => request,
@@ -141,6 +176,19 @@ async fn vote(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesReje
     .await
 }
 
+/// A Raft snapshot chunk, from the leader.
+#[utoipa::path(
+    post,
+    path = rpc::SNAPSHOT_PATH,
+    tag = "internal",
+    request_body(content = Vec<u8>, description = "A bincode `SnapshotRequest`.", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "A bincode `RaftReply` of the install.", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn snapshot(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
     let request: SnapshotRequest = match decode_body("install snapshot request", body) {
         Ok(request) => request,
@@ -149,6 +197,19 @@ async fn snapshot(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, Bytes
     answer("install snapshot reply", rpc.raft.install_snapshot(request)).await
 }
 
+/// A command a follower forwarded, to commit here (the leader).
+#[utoipa::path(
+    post,
+    path = rpc::PROPOSE_PATH,
+    tag = "internal",
+    request_body(content = Vec<u8>, description = "A bincode `Command`.", content_type = "application/octet-stream"),
+    responses(
+        (status = 200, description = "A bincode `ProposeReply`: applied, not the leader, or failed.", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 400, response = BadRequest),
+        (status = 413, response = PayloadTooLarge),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn propose(State(rpc): State<Arc<InternalRpc>>, body: Result<Bytes, BytesRejection>) -> HttpResponse {
     let command: Command = match decode_body("forwarded command", body) {
         Ok(command) => command,

@@ -14,19 +14,20 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use hookraft_core::command::{Command, REWRAP_BATCH_MAX, Response, RewrappedPayload};
 use hookraft_core::ids::EventId;
 use hookraft_core::payload::Keyring;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::commit;
 use crate::context::ApiContext;
 use crate::extract::OptionalJsonBody;
+use crate::openapi::problems::{Conflict, InvalidField, Unavailable};
 use crate::problem::{ApiResult, Problem};
+use crate::views::cluster::{MissingKey, PayloadKeys, RewrapFailure, Rewrapped};
 
 /// Events one step looks at under the state's read lock, at most.
 pub const REWRAP_SCAN_MAX: usize = 10_000;
@@ -35,24 +36,31 @@ pub const REWRAP_CALL_SCAN_MAX: usize = 1_000_000;
 /// Failures listed by id in an answer (all are counted).
 const FAILURES_LISTED_MAX: usize = 20;
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new().route("/v1/cluster/payloads/keys", get(keys)).route("/v1/cluster/payloads/rewrap", post(rewrap))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new().routes(routes!(keys)).routes(routes!(rewrap))
 }
 
 /// This node's keyring (ids only) and the keys payloads named that it lacks.
-async fn keys(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+#[utoipa::path(
+    get,
+    path = "/v1/cluster/payloads/keys",
+    tag = "cluster",
+    responses((status = 200, body = PayloadKeys))
+)]
+async fn keys(State(ctx): State<Arc<ApiContext>>) -> axum::Json<PayloadKeys> {
     let keys = &ctx.payloads;
-    let missing: Vec<Value> =
-        keys.missing_keys().into_iter().map(|(id, n)| json!({"key_id": id, "failed_opens": n})).collect();
-    axum::Json(json!({
-        "encryption": keys.keyring().is_some(),
-        "active_key_id": keys.active_key_id(),
-        "key_ids": keys.keyring().map(|ring| ring.ids().collect::<Vec<_>>()).unwrap_or_default(),
-        "missing_keys": missing,
-    }))
+    let missing_keys =
+        keys.missing_keys().into_iter().map(|(key_id, failed_opens)| MissingKey { key_id, failed_opens }).collect();
+    axum::Json(PayloadKeys {
+        encryption: keys.keyring().is_some(),
+        active_key_id: keys.active_key_id().map(str::to_string),
+        key_ids: keys.keyring().map(|ring| ring.ids().map(str::to_string).collect()).unwrap_or_default(),
+        missing_keys,
+    })
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// What to rewrap; the body is optional.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RewrapRequest {
     /// Count payloads by key without changing any.
@@ -70,16 +78,31 @@ struct Progress {
     /// Changed by someone else between the read and the commit.
     skipped: u64,
     failed: u64,
-    failures: Vec<Value>,
+    failures: Vec<RewrapFailure>,
     /// Retained payloads by the key they are under after the call (`clear`
     /// for none), over the events examined.
     by_key: BTreeMap<String, u64>,
 }
 
+/// Seal every retained payload again under this node's active key (after a
+/// rotation, or payloads stored in clear), at most 1,000,000 events looked
+/// at per call.
+#[utoipa::path(
+    post,
+    path = "/v1/cluster/payloads/rewrap",
+    tag = "cluster",
+    request_body(content = Option<RewrapRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "What the call did; call again with `next_after` while it is set.", body = Rewrapped),
+        (status = 409, response = Conflict),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn rewrap(
     State(ctx): State<Arc<ApiContext>>,
     OptionalJsonBody(request): OptionalJsonBody<RewrapRequest>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<Rewrapped>> {
     let after = match &request.after {
         Some(text) => Some(text.parse::<EventId>().map_err(|e| Problem::invalid(format!("after: {e}")))?),
         None => None,
@@ -115,17 +138,17 @@ async fn rewrap(
         }
     };
     let Progress { examined, rewrapped, skipped, failed, failures, by_key } = progress;
-    Ok(axum::Json(json!({
-        "dry_run": request.dry_run,
-        "active_key_id": ctx.payloads.active_key_id(),
-        "examined": examined,
-        "rewrapped": rewrapped,
-        "skipped": skipped,
-        "failed": failed,
-        "failures": failures,
-        "by_key": by_key,
-        "next_after": next_after,
-    })))
+    Ok(axum::Json(Rewrapped {
+        dry_run: request.dry_run,
+        active_key_id: ctx.payloads.active_key_id().map(str::to_string),
+        examined,
+        rewrapped,
+        skipped,
+        failed,
+        failures,
+        by_key,
+        next_after,
+    }))
 }
 
 /// One bounded step after `cursor`: the payloads to commit (at most
@@ -181,7 +204,7 @@ fn step(
                 progress.failed += 1;
                 *progress.by_key.entry(error.key_id().to_string()).or_default() += 1;
                 if progress.failures.len() < FAILURES_LISTED_MAX {
-                    progress.failures.push(json!({"event_id": id, "error": error.to_string()}));
+                    progress.failures.push(RewrapFailure { event_id: id, error: error.to_string() });
                 }
             }
         }

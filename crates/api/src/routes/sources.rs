@@ -4,35 +4,36 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
-use hookraft_core::clock::format_rfc3339_ms;
 use hookraft_core::command::{Command, SourcePatch};
 use hookraft_core::ids::SourceId;
 use hookraft_core::inbound::{
     ALLOW_CIDRS_MAX, Cidr, Encoding, LOCATOR_BYTES_MAX, Locator, ProviderSecret, Scheme, Source,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{commit, parse_id};
 use crate::context::ApiContext;
 use crate::extract::JsonBody;
+use crate::openapi::problems::{Conflict, InvalidField, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
 use crate::validate::{self, double_option};
+use crate::views::sources::{self as view, SourceView};
 
-pub fn router() -> Router<Arc<ApiContext>> {
-    Router::new()
-        .route("/v1/sources", post(create).get(list))
-        .route("/v1/sources/{id}", get(read).patch(update).delete(remove))
-        .route("/v1/sources/{id}/rotate-secret", post(rotate_secret))
+pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(read, update, remove))
+        .routes(routes!(rotate_secret))
 }
 
 /// Where a value is: `{"header": "x-request-id"}` or `{"pointer": "/id"}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 enum LocatorInput {
     Header(String),
@@ -74,21 +75,37 @@ fn cidrs(list: &[String]) -> ApiResult<Vec<Cidr>> {
     list.iter().map(|c| c.parse::<Cidr>().map_err(|e| Problem::invalid(format!("allow_cidrs: {e}")))).collect()
 }
 
-#[derive(Deserialize)]
+/// A source to create.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateSource {
+    /// How the provider signs.
+    #[schema(value_type = view::SchemeView)]
     scheme: String,
+    /// The provider's signing secret (`whsec_<base64>` for `standard-webhooks`), never shown again.
     secret: String,
+    #[schema(max_length = 1024)]
     description: Option<String>,
-    /// `hmac-sha256` only: the header, its encoding and prefix.
+    /// `hmac-sha256` only (and required there): the header the signature is in.
     signature_header: Option<String>,
+    /// `hmac-sha256` only: `hex` (default) or `base64`.
+    #[schema(value_type = Option<view::EncodingView>)]
     signature_encoding: Option<String>,
+    /// `hmac-sha256` only: text before the signature, like `sha256=`.
     signature_prefix: Option<String>,
+    /// Where the provider's event id is; required for `hmac-sha256`.
     event_id: Option<LocatorInput>,
+    /// Where the event type is; absent: the scheme's default, else `inbound`.
     event_type: Option<LocatorInput>,
+    /// JSON pointer to the entity an event is about (its ordering key).
     entity_key: Option<String>,
+    /// JSON pointer to the event's version: a number, or text that sorts in order.
     version: Option<String>,
+    /// Requests a second each node accepts.
+    #[schema(minimum = 1, maximum = 100000)]
     rate_limit_per_s: Option<u32>,
+    /// Callers allowed (IPv4 or IPv6 CIDR blocks); empty: anyone.
+    #[schema(max_items = 64)]
     allow_cidrs: Option<Vec<String>>,
 }
 
@@ -130,6 +147,19 @@ fn scheme_of(body: &CreateSource) -> ApiResult<Scheme> {
     Ok(scheme)
 }
 
+/// Create an inbound source.
+#[utoipa::path(
+    post,
+    path = "/v1/sources",
+    tag = "sources",
+    request_body = CreateSource,
+    responses(
+        (status = 201, description = "The source, without its secret.", body = SourceView),
+        (status = 409, response = Conflict),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn create(
     State(ctx): State<Arc<ApiContext>>,
     JsonBody(body): JsonBody<CreateSource>,
@@ -167,64 +197,35 @@ async fn create(
     Ok((StatusCode::CREATED, axum::Json(source_view(&ctx, &id)?)))
 }
 
-fn source_view(ctx: &ApiContext, id: &SourceId) -> ApiResult<Value> {
+fn source_view(ctx: &ApiContext, id: &SourceId) -> ApiResult<SourceView> {
     let state = ctx.state.read();
     let source = state.inbound.sources.get(id).ok_or_else(|| Problem::not_found(format!("no source {id}")))?;
-    Ok(view(source))
+    Ok(view::view(source))
 }
 
-fn locator_view(locator: &Locator) -> Value {
-    match locator {
-        Locator::Header(name) => json!({"header": name}),
-        Locator::Pointer(pointer) => json!({"pointer": pointer}),
-    }
-}
-
-/// A source as the API shows it: everything but its secrets.
-pub fn view(source: &Source) -> Value {
-    let mut value = json!({
-        "id": source.id,
-        "description": source.description,
-        "scheme": source.scheme.name(),
-        "ingress_path": format!("/in/{}", source.id),
-        "event_id": locator_view(&source.event_id),
-        "event_type": source.event_type_locator().as_ref().map(locator_view),
-        "entity_key": source.entity_key,
-        "version": source.version,
-        "rate_limit_per_s": source.rate_limit_per_s,
-        "allow_cidrs": source.allow_cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "disabled": source.disabled,
-        "previous_secrets_expire_at": source
-            .previous_secrets
-            .iter()
-            .map(|s| format_rfc3339_ms(s.expires_at_ms))
-            .collect::<Vec<_>>(),
-        "created_at": format_rfc3339_ms(source.created_at_ms),
-        "updated_at": format_rfc3339_ms(source.updated_at_ms),
-    });
-    if let Scheme::HmacSha256 { header, encoding, prefix } = &source.scheme {
-        value["signature_header"] = json!(header);
-        value["signature_encoding"] = json!(match encoding {
-            Encoding::Hex => "hex",
-            Encoding::Base64 => "base64",
-        });
-        value["signature_prefix"] = json!(prefix);
-    }
-    value
-}
-
-async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<Value> {
+/// List every source.
+#[utoipa::path(get, path = "/v1/sources", tag = "sources", responses((status = 200, body = view::SourceList)))]
+async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::SourceList> {
     let state = ctx.state.read();
-    let data: Vec<Value> = state.inbound.sources.values().map(view).collect();
-    axum::Json(json!({ "data": data }))
+    axum::Json(view::SourceList { data: state.inbound.sources.values().map(view::view).collect() })
 }
 
-async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<Value>> {
+/// Read a source.
+#[utoipa::path(
+    get,
+    path = "/v1/sources/{id}",
+    tag = "sources",
+    params(SourcePath),
+    responses((status = 200, body = SourceView), (status = 404, response = NotFound))
+)]
+async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<SourceView>> {
     let id: SourceId = parse_id(&id)?;
     source_view(&ctx, &id).map(axum::Json)
 }
 
-#[derive(Deserialize)]
+/// Changes to a source: every field of a creation but `scheme`, `secret`
+/// and the `signature_*` ones, plus `disabled`; `null` clears an optional one.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PatchSource {
     #[serde(default, deserialize_with = "double_option")]
@@ -237,16 +238,32 @@ struct PatchSource {
     #[serde(default, deserialize_with = "double_option")]
     version: Option<Option<String>>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 100000)]
     rate_limit_per_s: Option<Option<u32>>,
+    #[schema(max_items = 64)]
     allow_cidrs: Option<Vec<String>>,
     disabled: Option<bool>,
 }
 
+/// Change a source.
+#[utoipa::path(
+    patch,
+    path = "/v1/sources/{id}",
+    tag = "sources",
+    params(SourcePath),
+    request_body = PatchSource,
+    responses(
+        (status = 200, body = SourceView),
+        (status = 404, response = NotFound),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn update(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<PatchSource>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<SourceView>> {
     let id: SourceId = parse_id(&id)?;
     if let Some(Some(d)) = &body.description {
         validate::description(d)?;
@@ -268,26 +285,54 @@ async fn update(
     source_view(&ctx, &id).map(axum::Json)
 }
 
+/// Delete a source; endpoints stop listing it, its events stay.
+#[utoipa::path(
+    delete,
+    path = "/v1/sources/{id}",
+    tag = "sources",
+    params(SourcePath),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 404, response = NotFound),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn remove(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id: SourceId = parse_id(&id)?;
     commit(&ctx, Command::DeleteSource { id, now_ms: ctx.clock.wall_ms() }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+/// The provider's new secret.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RotateSecret {
     secret: String,
+    /// How long the old secret keeps verifying; at most 604800 (7 days).
+    #[schema(maximum = 604800)]
     grace_period_s: Option<u64>,
 }
 
-/// The provider rotated its secret: the new one is current, the old one
-/// still verifies for the grace period.
+/// Rotate a source's secret: the new one is current, the old one still
+/// verifies for the grace period.
+#[utoipa::path(
+    post,
+    path = "/v1/sources/{id}/rotate-secret",
+    tag = "sources",
+    params(SourcePath),
+    request_body = RotateSecret,
+    responses(
+        (status = 200, body = SourceView),
+        (status = 404, response = NotFound),
+        (status = 422, response = InvalidField),
+        (status = 503, response = Unavailable),
+    )
+)]
 async fn rotate_secret(
     State(ctx): State<Arc<ApiContext>>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<RotateSecret>,
-) -> ApiResult<axum::Json<Value>> {
+) -> ApiResult<axum::Json<SourceView>> {
     let id: SourceId = parse_id(&id)?;
     let scheme = {
         let state = ctx.state.read();
@@ -304,4 +349,13 @@ async fn rotate_secret(
     let grace_until_ms = now_ms + grace_ms;
     commit(&ctx, Command::RotateSourceSecret { id, secret, grace_until_ms, now_ms }).await?;
     source_view(&ctx, &id).map(axum::Json)
+}
+
+/// The `{id}` of the routes above.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documents the path parameter; handlers take it as text.
+struct SourcePath {
+    /// A source id, `src_` and 26 characters.
+    id: String,
 }
