@@ -5,6 +5,8 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use crate::problem::Problem;
 
@@ -63,9 +65,79 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
 /// Parses JSON text into `T`: text that is not JSON at all is a 400, JSON
 /// of the wrong shape a 422. The syntax is checked on its own first, so a
 /// truncated body is a 400 even when its first field is already wrong.
+/// Every body of the API is an object: an array is the wrong shape, even
+/// where serde would read a struct from its fields in order.
 pub fn parse_json<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Problem> {
     if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
         return Err(Problem::malformed(format!("the body is not valid JSON: {error}")));
     }
+    if !is_object(bytes) {
+        return Err(Problem::invalid("the body must be a JSON object"));
+    }
     serde_json::from_slice(bytes).map_err(|error| Problem::invalid(error.to_string()))
+}
+
+/// Whether JSON text is an object (its first character past whitespace is `{`).
+fn is_object(text: &[u8]) -> bool {
+    text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// A field holding an object, for `#[serde(deserialize_with = ...)]`:
+/// serde's derived structs also take an array of their fields in order,
+/// which no client means and the document does not allow.
+pub fn object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    from_object(<&'de RawValue>::deserialize(d)?)
+}
+
+/// [`object`] for an optional field (`null` or absent: `None`).
+pub fn optional_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<&'de RawValue>::deserialize(d)?.map(from_object).transpose()
+}
+
+/// [`object`] for each item of an array.
+pub fn objects<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Vec::<&'de RawValue>::deserialize(d)?.into_iter().map(from_object).collect()
+}
+
+fn from_object<'de, T: Deserialize<'de>, E: serde::de::Error>(raw: &'de RawValue) -> Result<T, E> {
+    if !is_object(raw.get().as_bytes()) {
+        return Err(E::custom(format!("expected an object, got {}", raw.get().chars().take(32).collect::<String>())));
+    }
+    serde_json::from_str(raw.get()).map_err(E::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Outer {
+        #[serde(default, deserialize_with = "optional_object")]
+        inner: Option<Inner>,
+        #[serde(default, deserialize_with = "objects")]
+        items: Vec<Inner>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Inner {
+        n: Option<u32>,
+    }
+
+    #[test]
+    fn an_array_is_no_object_at_the_top_or_inside() {
+        for body in [&b"[null, []]"[..], b" [1]", b"{\"inner\": [5]}", b"{\"items\": [{\"n\": 1}, [2]]}"] {
+            let problem = parse_json::<Outer>(body).expect_err("refused");
+            assert_eq!(problem.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", String::from_utf8_lossy(body));
+        }
+        let outer: Outer = parse_json(b" {\"inner\": {\"n\": 5}, \"items\": [{}, {\"n\": 2}]}").expect("objects");
+        assert_eq!(outer.inner.and_then(|i| i.n), Some(5));
+        assert_eq!(outer.items.len(), 2);
+        let outer: Outer = parse_json(b"{\"inner\": null}").expect("null is no inner");
+        assert!(outer.inner.is_none());
+        assert_eq!(parse_json::<Outer>(b"[1,").expect_err("not JSON").status, StatusCode::BAD_REQUEST);
+    }
 }

@@ -67,6 +67,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)))
         .merge(public)
         .fallback(|| async { problem::Problem::not_found("no such route; see /docs or docs/API.md") })
+        .layer(axum::middleware::map_response(problem::ensure_problem))
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)
 }

@@ -16,12 +16,13 @@ pub const TYPE_BASE: &str = "https://hookraft.dev/problems/";
 /// Every problem type the API answers with: slug, status, title, and when.
 /// The constructors below are the only way to make one; a test holds them
 /// to this table, and the OpenAPI document lists it.
-pub const PROBLEM_TYPES: [(&str, u16, &str, &str); 13] = [
+pub const PROBLEM_TYPES: [(&str, u16, &str, &str); 14] = [
     ("malformed-request", 400, "Malformed request", "the body is not JSON, a query parameter or header is malformed"),
     ("unauthorized", 401, "Unauthorized", "a `/v1` route without the right bearer token"),
     ("bad-signature", 401, "Signature refused", "an inbound request whose provider signature does not hold"),
     ("forbidden", 403, "Forbidden", "an inbound source that is disabled, or a caller outside its allowlist"),
     ("not-found", 404, "Not found", "no such resource (a malformed id in the path names nothing), or no such route"),
+    ("method-not-allowed", 405, "Method not allowed", "a method the route does not take; `Allow` lists those it does"),
     ("conflict", 409, "Conflict", "the change conflicts with the current state"),
     ("payload-too-large", 413, "Payload too large", "a body over the limit (1 MiB; node-to-node bodies 64 MiB)"),
     ("unsupported-media-type", 415, "Unsupported media type", "a body sent without `content-type: application/json`"),
@@ -54,7 +55,7 @@ pub struct Problem {
 }))]
 pub struct ProblemBody<'a> {
     /// `https://hookraft.dev/problems/` and the problem's slug: `malformed-request`,
-    /// `unauthorized`, `bad-signature`, `forbidden`, `not-found`, `conflict`,
+    /// `unauthorized`, `bad-signature`, `forbidden`, `not-found`, `method-not-allowed`, `conflict`,
     /// `payload-too-large`, `unsupported-media-type`, `invalid-field`, `rate-limited`,
     /// `internal`, `unavailable` or `ingest-budget-full`.
     #[schema(format = "uri")]
@@ -82,6 +83,15 @@ impl Problem {
 
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            "the route does not take this method; see `Allow`",
+        )
     }
 
     pub fn conflict(detail: impl Into<String>) -> Self {
@@ -178,6 +188,40 @@ impl IntoResponse for Problem {
 /// Handlers return this.
 pub type ApiResult<T> = Result<T, Problem>;
 
+/// The longest plain-text refusal [`ensure_problem`] reads.
+const PLAIN_REFUSAL_BYTES_MAX: usize = 4 * 1024;
+
+/// Makes a client error that did not come from a [`Problem`] one: axum's
+/// own refusals (a path segment that is not UTF-8, a method the route does
+/// not take) are plain text or empty, and every error of the API is
+/// `application/problem+json`. The `Allow` of a 405 is kept.
+pub async fn ensure_problem(response: Response) -> Response {
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/problem+json"));
+    if !status.is_client_error() || is_problem {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, PLAIN_REFUSAL_BYTES_MAX).await.unwrap_or_default();
+    let detail = String::from_utf8_lossy(&text).trim().to_string();
+    let problem = match status {
+        StatusCode::METHOD_NOT_ALLOWED => Problem::method_not_allowed(),
+        StatusCode::NOT_FOUND => Problem::not_found(detail),
+        StatusCode::PAYLOAD_TOO_LARGE => Problem::too_large(detail),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => Problem::unsupported_media(detail),
+        StatusCode::UNPROCESSABLE_ENTITY => Problem::invalid(detail),
+        _ => Problem { status, ..Problem::malformed(detail) },
+    };
+    let mut answer = problem.into_response();
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        answer.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    answer
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +236,7 @@ mod tests {
             Problem::bad_signature(""),
             Problem::forbidden(""),
             Problem::not_found(""),
+            Problem::method_not_allowed(),
             Problem::conflict(""),
             Problem::too_large(""),
             Problem::unsupported_media(""),
@@ -205,5 +250,43 @@ mod tests {
         for (problem, (slug, status, title, _)) in made.iter().zip(PROBLEM_TYPES) {
             assert_eq!((problem.slug, problem.status.as_u16(), problem.title), (slug, status, title));
         }
+    }
+}
+
+#[cfg(test)]
+mod ensure_tests {
+    use axum::body::Body;
+
+    use super::*;
+
+    async fn body_json(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024).await.expect("body");
+        serde_json::from_slice(&bytes).expect("a problem is JSON")
+    }
+
+    #[tokio::test]
+    async fn plain_refusals_become_problems_and_the_rest_stays() {
+        let plain = (StatusCode::BAD_REQUEST, "Invalid URL: Invalid UTF-8 in `id`").into_response();
+        let answer = ensure_problem(plain).await;
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(answer.headers()[header::CONTENT_TYPE], "application/problem+json");
+        let body = body_json(answer).await;
+        assert_eq!(body["type"], format!("{TYPE_BASE}malformed-request"));
+        assert_eq!(body["detail"], "Invalid URL: Invalid UTF-8 in `id`");
+
+        let mut empty = Response::new(Body::empty());
+        *empty.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        empty.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET,HEAD"));
+        let answer = ensure_problem(empty).await;
+        assert_eq!(answer.headers()[header::ALLOW], "GET,HEAD");
+        assert_eq!(body_json(answer).await["status"], 405);
+
+        // A problem, a success and a plain 503 (`/readyz`) pass as they are.
+        let problem = Problem::conflict("taken").into_response();
+        assert_eq!(body_json(ensure_problem(problem).await).await["detail"], "taken");
+        let ok = ensure_problem((StatusCode::OK, "ok\n").into_response()).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let not_ready = ensure_problem((StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()).await;
+        assert_eq!(not_ready.headers()[header::CONTENT_TYPE], "text/plain; charset=utf-8");
     }
 }

@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi as _;
+use utoipa::openapi::schema::{Schema, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi, Ref, RefOr, SecurityRequirement};
 use utoipa_axum::router::OpenApiRouter;
@@ -62,7 +63,14 @@ pub const CLUSTER_SECRET: &str = "clusterSecret";
         (name = "internal", description = "Node-to-node RPC: bincode bodies between the nodes of a cluster, \
             never for clients. Listed so the document names every route a node serves."),
     ),
-    components(schemas(crate::problem::ProblemBody))
+    // Referred to by parameters, which do not register what they name.
+    components(schemas(
+        crate::problem::ProblemBody,
+        crate::views::EndpointIdText,
+        crate::views::EventIdText,
+        crate::views::DeliveryIdText,
+        crate::views::SourceIdText,
+    ))
 )]
 struct Base;
 
@@ -85,7 +93,8 @@ pub fn document_json() -> &'static str {
 /// Adds what follows from where a route is: a unique operation id, the credential of `/v1`
 /// (the admin token under `/v1/cluster/`) and of the node-to-node routes
 /// with the 401 that comes with it; for a JSON body, the problems of
-/// reading it (not JSON, over the limit, not sent as JSON). Registers the
+/// reading it (not JSON, over the limit, not sent as JSON); for a path
+/// parameter, the 400 of one that is not UTF-8. Registers the
 /// security schemes and the problem responses.
 fn finish(doc: &mut OpenApi) {
     let components = doc.components.get_or_insert_with(Default::default);
@@ -132,6 +141,9 @@ fn finish(doc: &mut OpenApi) {
             if let (Some(tag), Some(id)) = (operation.tags.as_ref().and_then(|t| t.first()), &operation.operation_id) {
                 operation.operation_id = Some(format!("{tag}.{id}"));
             }
+            if let Some(body) = operation.request_body.as_mut() {
+                body.content.values_mut().for_each(|content| object_not_null(&mut content.schema));
+            }
             let responses = &mut operation.responses.responses;
             let mut add = |status: &str, name: &str| {
                 responses.entry(status.to_string()).or_insert_with(|| RefOr::Ref(Ref::from_response_name(name)));
@@ -144,11 +156,32 @@ fn finish(doc: &mut OpenApi) {
                 .request_body
                 .as_ref()
                 .is_some_and(|body| body.content.keys().any(|t| t == "application/json"));
+            // A path segment that is not UTF-8 once decoded.
+            let path_parameter = operation
+                .parameters
+                .iter()
+                .flatten()
+                .any(|p| p.parameter_in == utoipa::openapi::path::ParameterIn::Path);
+            if path_parameter {
+                add("400", "BadRequest");
+            }
             if json_body {
                 add("400", "BadRequest");
                 add("413", "PayloadTooLarge");
                 add("415", "UnsupportedMediaType");
             }
+        }
+    }
+}
+
+/// An optional body is absent or an object, never `null`: utoipa writes
+/// `Option<T>` as "null or T", the body as "T", not required.
+fn object_not_null(schema: &mut Option<RefOr<Schema>>) {
+    if let Some(RefOr::T(Schema::OneOf(one_of))) = schema {
+        let is_null =
+            |s: &RefOr<Schema>| matches!(s, RefOr::T(Schema::Object(o)) if o.schema_type == Type::Null.into());
+        if one_of.items.len() == 2 && one_of.items.iter().any(is_null) {
+            *schema = one_of.items.iter().find(|s| !is_null(s)).cloned();
         }
     }
 }

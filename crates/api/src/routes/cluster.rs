@@ -76,6 +76,7 @@ async fn status(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::ClusterS
 #[serde(deny_unknown_fields)]
 struct MoveShard {
     /// A live voting member that is not draining.
+    #[schema(value_type = u64)]
     node_id: NodeId,
 }
 
@@ -89,7 +90,7 @@ fn parse_node(text: &str) -> ApiResult<NodeId> {
     post,
     path = "/v1/cluster/shards/{shard}/move",
     tag = "cluster",
-    params(("shard" = String, Path, description = "A shard number, 0 to 63.")),
+    params(("shard" = u16, Path, maximum = 63, description = "A shard number, 0 to 63.")),
     request_body = MoveShard,
     responses(
         (status = 202, body = view::ShardMoved),
@@ -155,7 +156,7 @@ async fn set_draining(
     post,
     path = "/v1/cluster/nodes/{id}/drain",
     tag = "cluster",
-    params(("id" = String, Path, description = "A node id.")),
+    params(("id" = u64, Path, description = "A node id.")),
     responses((status = 202, body = view::Draining), (status = 404, response = NotFound), (status = 503, response = Unavailable))
 )]
 async fn drain(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
@@ -167,7 +168,7 @@ async fn drain(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Ap
     delete,
     path = "/v1/cluster/nodes/{id}/drain",
     tag = "cluster",
-    params(("id" = String, Path, description = "A node id.")),
+    params(("id" = u64, Path, description = "A node id.")),
     responses((status = 202, body = view::Draining), (status = 404, response = NotFound), (status = 503, response = Unavailable))
 )]
 async fn undrain(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
@@ -178,10 +179,10 @@ async fn undrain(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AddNode {
-    #[schema(minimum = 1)]
+    #[schema(value_type = u64, minimum = 1)]
     id: NodeId,
     /// `host:port`.
-    #[schema(min_length = 3, max_length = 255, example = "10.0.0.4:8080")]
+    #[schema(min_length = 3, max_length = 255, pattern = ":", example = "10.0.0.4:8080")]
     addr: String,
 }
 
@@ -226,7 +227,7 @@ async fn add_node(
     delete,
     path = "/v1/cluster/nodes/{id}",
     tag = "cluster",
-    params(("id" = String, Path, description = "A node id.")),
+    params(("id" = u64, Path, description = "A node id.")),
     responses(
         (status = 202, body = view::NodeRemoved),
         (status = 404, response = NotFound),

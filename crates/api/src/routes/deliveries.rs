@@ -19,7 +19,7 @@ use super::{commit, parse_id};
 use crate::context::ApiContext;
 use crate::openapi::problems::{BadRequest, Conflict, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
-use crate::views::{self, deliveries as view};
+use crate::views::{self, DeliveryIdText, EndpointIdText, EventIdText, deliveries as view};
 
 /// Page size bounds of `GET /v1/deliveries`.
 pub const LIMIT_DEFAULT: usize = 50;
@@ -37,7 +37,9 @@ struct ListQuery {
     /// `state=dead` is the dead-letter queue.
     #[param(value_type = Option<view::StateView>)]
     state: Option<String>,
+    #[param(value_type = Option<EndpointIdText>)]
     endpoint_id: Option<String>,
+    #[param(value_type = Option<EventIdText>)]
     event_id: Option<String>,
     /// Page size, default 50.
     #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
@@ -171,7 +173,7 @@ fn page_of<'a>(
     get,
     path = "/v1/deliveries/{id}",
     tag = "deliveries",
-    params(("id" = String, Path, description = "A delivery id, `dlv_` and 26 characters.")),
+    params(("id" = DeliveryIdText, Path)),
     responses((status = 200, body = view::DeliveryView), (status = 404, response = NotFound))
 )]
 async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<view::DeliveryView>> {
@@ -188,7 +190,7 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
     post,
     path = "/v1/deliveries/{id}/replay",
     tag = "deliveries",
-    params(("id" = String, Path, description = "A delivery id, `dlv_` and 26 characters.")),
+    params(("id" = DeliveryIdText, Path)),
     responses(
         (status = 202, body = view::ReplayedDelivery),
         (status = 404, response = NotFound),

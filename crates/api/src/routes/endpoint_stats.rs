@@ -52,7 +52,7 @@ fn counts_view(counts: &Counts) -> WindowCounts {
     get,
     path = "/v1/endpoints/{id}/stats",
     tag = "endpoints",
-    params(("id" = String, Path, description = "An endpoint id, `ep_` and 26 characters.")),
+    params(("id" = crate::views::EndpointIdText, Path)),
     responses((status = 200, body = EndpointStats), (status = 404, response = NotFound))
 )]
 async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<EndpointStats>> {

@@ -46,6 +46,7 @@ struct CreateEndpoint {
     #[schema(format = "uri", example = "https://example.com/hook")]
     url: String,
     /// `whsec_<base64>` of a 24 to 64 byte key; generated when absent.
+    #[schema(pattern = "^whsec_[A-Za-z0-9+/]{32,86}={0,2}$")]
     secret: Option<String>,
     #[schema(max_length = 1024)]
     description: Option<String>,
@@ -61,6 +62,7 @@ struct CreateEndpoint {
     /// Default 15000.
     #[schema(minimum = 100, maximum = 30000)]
     timeout_ms: Option<u32>,
+    #[serde(default, deserialize_with = "crate::extract::optional_object")]
     retry: Option<RetryInput>,
     /// `none` (default) or `per_key`.
     #[schema(value_type = Option<view::OrderingView>)]
@@ -229,6 +231,7 @@ struct PatchEndpoint {
     rate_limit_per_s: Option<Option<u32>>,
     #[schema(minimum = 100, maximum = 30000)]
     timeout_ms: Option<u32>,
+    #[serde(default, deserialize_with = "crate::extract::optional_object")]
     retry: Option<RetryInput>,
     /// `false` enables it again (its failing time starts over).
     disabled: Option<bool>,
@@ -328,8 +331,10 @@ async fn remove(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> A
 /// A new signing secret; the body is optional.
 #[derive(Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = RotateEndpointSecret)]
 struct RotateSecret {
-    /// `whsec_<base64>`; generated when absent.
+    /// `whsec_<base64>` of a 24 to 64 byte key; generated when absent.
+    #[schema(pattern = "^whsec_[A-Za-z0-9+/]{32,86}={0,2}$")]
     secret: Option<String>,
     /// How long the previous secret keeps signing; at most 604800 (7 days).
     #[schema(maximum = 604800)]
@@ -385,6 +390,7 @@ struct BulkReplay {
     #[schema(format = DateTime)]
     until: Option<String>,
     /// The `next_cursor` of the call before: where this one goes on.
+    #[schema(value_type = Option<crate::views::DeliveryIdText>)]
     cursor: Option<String>,
 }
 
@@ -557,6 +563,6 @@ async fn skip_blocked(
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // Documents the path parameter; handlers take it as text.
 struct EndpointPath {
-    /// An endpoint id, `ep_` and 26 characters.
+    #[param(value_type = crate::views::EndpointIdText)]
     id: String,
 }

@@ -22,7 +22,7 @@ use crate::context::ApiContext;
 use crate::extract::OptionalJsonBody;
 use crate::openapi::problems::{BadRequest, InvalidField, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
-use crate::views::{self, events as view};
+use crate::views::{self, EndpointIdText, EventIdText, events as view};
 
 /// Page size bounds of `GET /v1/events`.
 pub const EVENTS_LIMIT_DEFAULT: usize = 50;
@@ -50,6 +50,7 @@ struct ListQuery {
     #[param(format = DateTime)]
     until: Option<String>,
     /// With a delivery to this endpoint.
+    #[param(value_type = Option<EndpointIdText>)]
     endpoint_id: Option<String>,
     /// With a delivery in this state (and to `endpoint_id`, when given).
     #[param(value_type = Option<views::deliveries::StateView>)]
@@ -195,7 +196,7 @@ struct ReplayBody {
     post,
     path = "/v1/events/{id}/replay",
     tag = "events",
-    params(("id" = String, Path, description = "An event id, `evt_` and 26 characters.")),
+    params(("id" = EventIdText, Path)),
     request_body(content = Option<ReplayBody>, content_type = "application/json"),
     responses(
         (status = 202, description = "Which deliveries were queued again, and which were left out and why.",

@@ -24,6 +24,7 @@ use crate::context::ApiContext;
 use crate::extract::{parse_json, read_body};
 use crate::openapi::problems::{BadRequest, IngestUnavailable, InvalidField, NotFound};
 use crate::problem::{ApiResult, OVER_BUDGET, Problem};
+use crate::views::{EndpointIdText, EventIdText};
 use crate::{validate, views};
 
 /// Longest `Idempotency-Key`.
@@ -50,7 +51,7 @@ struct PostEvent<'a> {
     #[schema(value_type = Value)]
     payload: &'a RawValue,
     /// Endpoints to deliver to; absent: every enabled endpoint whose `event_types` take the type.
-    #[schema(max_items = 1000)]
+    #[schema(value_type = Option<Vec<EndpointIdText>>, max_items = 1000)]
     endpoint_ids: Option<Vec<String>>,
     /// Orders the event behind earlier events of the key at endpoints with `ordering: per_key`;
     /// 1 to 256 printable ASCII characters.
@@ -68,7 +69,7 @@ struct BatchEvent<'a> {
     #[serde(borrow)]
     #[schema(value_type = Value)]
     payload: &'a RawValue,
-    #[schema(max_items = 1000)]
+    #[schema(value_type = Option<Vec<EndpointIdText>>, max_items = 1000)]
     endpoint_ids: Option<Vec<String>>,
     /// 1 to 256 printable ASCII characters.
     #[schema(min_length = 1, max_length = 256)]
@@ -81,7 +82,7 @@ struct BatchEvent<'a> {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PostBatch<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "crate::extract::objects")]
     #[schema(min_items = 1, max_items = 1000)]
     events: Vec<BatchEvent<'a>>,
 }
@@ -385,7 +386,7 @@ fn ingest_answer<'a>(state: &'a ClusterState, event_id: &EventId) -> ApiResult<v
     get,
     path = "/v1/events/{id}",
     tag = "events",
-    params(("id" = String, Path, description = "An event id, `evt_` and 26 characters.")),
+    params(("id" = EventIdText, Path)),
     responses((status = 200, body = views::events::EventView), (status = 404, response = NotFound))
 )]
 async fn read(

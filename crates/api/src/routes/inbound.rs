@@ -86,7 +86,7 @@ impl InboundGate {
     post,
     path = "/in/{source_id}",
     tag = "inbound",
-    params(("source_id" = String, Path, description = "A source id, `src_` and 26 characters.")),
+    params(("source_id" = crate::views::SourceIdText, Path)),
     request_body(content = Value, description = "The provider's JSON, signed by its scheme; kept as received.",
         content_type = "application/json"),
     responses(

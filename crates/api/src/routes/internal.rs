@@ -103,6 +103,7 @@ pub fn router(rpc: Arc<InternalRpc>) -> Router {
     let (routes, _) = routes().split_for_parts();
     routes
         .route_layer(axum::middleware::from_fn_with_state(rpc.clone(), require_cluster_secret))
+        .layer(axum::middleware::map_response(crate::problem::ensure_problem))
         .layer(DefaultBodyLimit::max(RPC_BODY_BYTES_MAX))
         .with_state(rpc)
 }

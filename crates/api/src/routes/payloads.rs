@@ -67,6 +67,7 @@ struct RewrapRequest {
     #[serde(default)]
     dry_run: bool,
     /// Start after this event (the `next_after` of an earlier answer).
+    #[schema(value_type = Option<crate::views::EventIdText>)]
     after: Option<String>,
 }
 

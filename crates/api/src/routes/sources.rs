@@ -306,6 +306,7 @@ async fn remove(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> A
 /// The provider's new secret.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = RotateSourceSecret)]
 struct RotateSecret {
     secret: String,
     /// How long the old secret keeps verifying; at most 604800 (7 days).
@@ -356,6 +357,6 @@ async fn rotate_secret(
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // Documents the path parameter; handlers take it as text.
 struct SourcePath {
-    /// A source id, `src_` and 26 characters.
+    #[param(value_type = crate::views::SourceIdText)]
     id: String,
 }

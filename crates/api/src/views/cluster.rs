@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use hookraft_core::ids::{EventId, NodeId, Shard};
+use hookraft_core::ids::EventId;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -12,7 +12,8 @@ use super::Timestamp;
 /// A node, as the membership and the replicated state know it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NodeView {
-    pub id: NodeId,
+    /// A node id.
+    pub id: u64,
     /// Its address, when it is a member.
     #[schema(required = true)]
     pub addr: Option<String>,
@@ -29,10 +30,10 @@ pub struct NodeView {
 /// A shard's grant.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ShardView {
-    pub shard: Shard,
+    pub shard: u16,
     /// `null` while unowned (never granted, or revoked and waiting).
     #[schema(required = true)]
-    pub owner: Option<NodeId>,
+    pub owner: Option<u64>,
     /// The fencing token of its latest grant or revocation.
     pub token: u64,
 }
@@ -41,9 +42,9 @@ pub struct ShardView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClusterStatus {
     /// The answering node.
-    pub node_id: NodeId,
+    pub node_id: u64,
     #[schema(required = true)]
-    pub leader_id: Option<NodeId>,
+    pub leader_id: Option<u64>,
     pub term: u64,
     pub nodes: Vec<NodeView>,
     pub shards: Vec<ShardView>,
@@ -54,8 +55,8 @@ pub struct ClusterStatus {
 /// A shard move under way: revoked now, granted to `owner` once safe.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ShardMoved {
-    pub shard: Shard,
-    pub owner: NodeId,
+    pub shard: u16,
+    pub owner: u64,
     /// The revocation's fencing token.
     #[schema(required = true)]
     pub token: Option<u64>,
@@ -66,21 +67,24 @@ pub struct ShardMoved {
 /// A node's draining flag, as set.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Draining {
-    pub id: NodeId,
+    /// A node id.
+    pub id: u64,
     pub draining: bool,
 }
 
 /// A node added as a learner (a voter once it has caught up).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NodeAdded {
-    pub id: NodeId,
+    /// A node id.
+    pub id: u64,
     pub addr: String,
 }
 
 /// A node removed from the voters.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NodeRemoved {
-    pub id: NodeId,
+    /// A node id.
+    pub id: u64,
     /// Always `true`.
     pub removed: bool,
 }

@@ -1,6 +1,6 @@
 //! Deliveries and their timelines as callers see them.
 
-use hookraft_core::ids::{DeliveryId, EndpointId, EventId, NodeId};
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::lifecycle::Stage;
 use hookraft_core::model::{Delivery, DeliveryState, TimelineEntry};
 use serde::Serialize;
@@ -124,7 +124,7 @@ pub enum TimelineEntryView {
     Received {
         at: Timestamp,
         #[schema(required = true)]
-        node_id: Option<NodeId>,
+        node_id: Option<u64>,
     },
     /// The payload was sealed under `key_id` when received.
     Encrypted {
@@ -139,7 +139,7 @@ pub enum TimelineEntryView {
     /// `node_id` took the delivery up under `fencing_token`.
     Leased {
         at: Timestamp,
-        node_id: NodeId,
+        node_id: u64,
         fencing_token: u64,
     },
     /// One attempt; `status_code` is `null` when nothing answered (see `error`).
@@ -151,7 +151,7 @@ pub enum TimelineEntryView {
         #[schema(required = true)]
         error: Option<String>,
         latency_ms: u64,
-        node_id: NodeId,
+        node_id: u64,
         fencing_token: u64,
         /// The first KiB of the response body.
         #[schema(required = true)]

@@ -1,7 +1,7 @@
 //! Endpoints as callers see them, and the answers of the endpoint routes.
 
 use hookraft_core::breaker::BreakerStatus;
-use hookraft_core::ids::{DeliveryId, EndpointId, NodeId, SourceId};
+use hookraft_core::ids::{DeliveryId, EndpointId, SourceId};
 use hookraft_core::model::{Endpoint, Ordering};
 use hookraft_core::ordering::OnDead;
 use hookraft_core::retry::RetryPolicy;
@@ -256,6 +256,6 @@ pub struct StatsWindows {
 pub struct EndpointStats {
     #[schema(value_type = String)]
     pub endpoint_id: EndpointId,
-    pub node_id: NodeId,
+    pub node_id: u64,
     pub windows: StatsWindows,
 }

@@ -1,6 +1,6 @@
 //! Events as callers see them, and the answers of the event routes.
 
-use hookraft_core::ids::{DeliveryId, EndpointId, EventId, NodeId, SourceId};
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId, SourceId};
 use hookraft_core::inbound::Version;
 use hookraft_core::model::{Delivery, DeliveryState, Event};
 use serde::Serialize;
@@ -125,7 +125,7 @@ pub struct EventSummary {
     pub received_at: Timestamp,
     /// The node that accepted it; `null` for events from before nodes were recorded.
     #[schema(required = true)]
-    pub received_by: Option<NodeId>,
+    pub received_by: Option<u64>,
     #[schema(required = true)]
     pub ordering_key: Option<String>,
     /// The producer's key; `null` for inbound events (their key is the engine's own).

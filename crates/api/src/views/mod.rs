@@ -36,3 +36,37 @@ impl Timestamp {
         ms.map(Self::from_ms)
     }
 }
+
+/// The schema of an id as a client may write it: its prefix and 26
+/// Crockford base32 characters, either case (what `hookraft_core::ids`
+/// parses). Schema only: handlers take ids as text and parse them.
+fn id_schema(prefix: &str, kind: &str) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(format!("^{prefix}[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{{25}}$")))
+        .description(Some(format!("{kind} id: `{prefix}` and 26 characters.")))
+        .examples([format!("{prefix}01jd5m3k4r8v2w6x9y0z1a2b3c")])
+        .into()
+}
+
+macro_rules! id_texts {
+    ($($name:ident: $prefix:literal, $kind:literal;)+) => {$(
+        #[doc = concat!("The text of ", $kind, " id, for the document.")]
+        pub struct $name;
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                id_schema($prefix, $kind)
+            }
+        }
+
+        impl ToSchema for $name {}
+    )+};
+}
+
+id_texts! {
+    EndpointIdText: "ep_", "An endpoint";
+    EventIdText: "evt_", "An event";
+    DeliveryIdText: "dlv_", "A delivery";
+    SourceIdText: "src_", "A source";
+}
