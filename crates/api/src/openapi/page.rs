@@ -60,7 +60,7 @@ pub fn render(doc: &Value) -> String {
                   <a href=\"#security\">Credentials</a></p></nav><main>",
     );
     for (tag, description) in &tags {
-        let _ = write!(out, "<section><h2 id=\"tag-{0}\">{0}</h2><p>{1}</p>", esc(tag), esc(description));
+        let _ = write!(out, "<section><h2 id=\"tag-{0}\">{0}</h2><p>{1}</p>", esc(tag), code_spans(&esc(description)));
         for (method, path, op) in operations(doc, tag) {
             operation(&mut out, method, path, op);
         }
@@ -134,7 +134,7 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
         text(&op["summary"])
     );
     if let Some(description) = op["description"].as_str() {
-        let _ = write!(out, "<p class=\"d\">{}</p>", esc(description));
+        let _ = write!(out, "<p class=\"d\">{}</p>", code_spans(&esc(description)));
     }
     let credential = op["security"][0].as_object().and_then(|s| s.keys().next());
     match credential {
@@ -189,8 +189,8 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
 
 /// A schema's description and fields (or variants), nested inline objects included.
 fn schema_block(out: &mut String, schema: &Value, depth: usize) {
-    if let Some(description) = schema["description"].as_str() {
-        let _ = write!(out, "<p>{}</p>", esc(description));
+    if schema["description"].is_string() {
+        let _ = write!(out, "<p>{}</p>", text(&schema["description"]));
     }
     let variants = schema["oneOf"].as_array().or_else(|| schema["allOf"].as_array());
     if let (Some(variants), true) = (variants, depth < 3) {
@@ -265,6 +265,7 @@ fn type_of(schema: &Value) -> String {
             "object" if schema["additionalProperties"].is_object() => {
                 format!("map of {}", type_of(&schema["additionalProperties"]))
             }
+            "null" => "null".to_string(),
             other => match schema["format"].as_str() {
                 Some(format) => format!("{} ({})", esc(other), esc(format)),
                 None => esc(other),
@@ -290,9 +291,28 @@ fn anchor(method: &str, path: &str) -> String {
     format!("op-{method}{slug}")
 }
 
-/// A string of the document, escaped; empty for anything else.
+/// A string of the document, escaped, its `code spans` as code; empty
+/// for anything else.
 fn text(value: &Value) -> String {
-    value.as_str().map(esc).unwrap_or_default()
+    value.as_str().map(|t| code_spans(&esc(t))).unwrap_or_default()
+}
+
+/// Escaped text with each pair of backticks around a `<code>` span; text
+/// with an odd number of backticks stays as it is.
+fn code_spans(escaped: &str) -> String {
+    let parts: Vec<&str> = escaped.split('`').collect();
+    if parts.len().is_multiple_of(2) {
+        return escaped.to_string();
+    }
+    let mut out = String::with_capacity(escaped.len() + 16);
+    for (i, part) in parts.iter().enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{part}</code>");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// Escapes text for HTML content and quoted attributes.
@@ -338,5 +358,12 @@ mod tests {
         assert!(!page.contains("<script>") && !page.contains("<img") && !page.contains("\"><b>"), "{page}");
         assert!(page.contains("&lt;script&gt;") && page.contains("a &amp; b"), "{page}");
         assert!(page.contains("<code>GET /x/{id}</code>"), "{page}");
+    }
+
+    #[test]
+    fn backticks_mark_code_in_pairs_only() {
+        assert_eq!(code_spans("a `b` c `d`"), "a <code>b</code> c <code>d</code>");
+        assert_eq!(code_spans("one ` alone"), "one ` alone");
+        assert_eq!(code_spans(&esc("`<x>`")), "<code>&lt;x&gt;</code>");
     }
 }

@@ -210,7 +210,7 @@ async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Api
     endpoint_view(&ctx, &id).map(axum::Json)
 }
 
-/// Changes to an endpoint: any field of [`CreateEndpoint`] but `secret`,
+/// Changes to an endpoint: any field of `CreateEndpoint` but `secret`,
 /// and `disabled`; `null` clears `description`, `event_types` and
 /// `rate_limit_per_s`; `retry` replaces the policy.
 #[derive(Deserialize, ToSchema)]

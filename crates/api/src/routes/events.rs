@@ -59,7 +59,7 @@ struct PostEvent<'a> {
     ordering_key: Option<String>,
 }
 
-/// One event of `POST /v1/events/batch`: a [`PostEvent`] with its
+/// One event of `POST /v1/events/batch`: a `PostEvent` with its
 /// idempotency key in the body instead of a header.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

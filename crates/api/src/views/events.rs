@@ -16,6 +16,7 @@ use crate::context::ApiContext;
 /// first. Borrowed and serialized as is (no JSON tree is built): it is
 /// written once per accepted event.
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(description = "The event and its deliveries in their creation states; a replay of it answers the same.")]
 pub struct IngestAnswer<'a> {
     #[schema(value_type = String, example = "evt_01jd5m3k4r8v2w6x9y0z1a2b3c")]
     id: &'a EventId,
@@ -26,7 +27,7 @@ pub struct IngestAnswer<'a> {
 
 /// One event's result in the answer to `POST /v1/events/batch`: `status`
 /// 202 (created) or 200 (an idempotency key seen before) with the event as
-/// [`IngestAnswer`] has it, or 422 with a `detail` and nothing else.
+/// `IngestAnswer` has it, or 422 with a `detail` and nothing else.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BatchAnswer<'a> {
     #[schema(example = 202)]
