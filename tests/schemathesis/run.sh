@@ -19,7 +19,8 @@
 # in a network namespace of their own (only loopback) when `unshare -n`
 # is allowed, as it is for root.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+self=$(realpath "$0")
+cd "$(dirname "$self")/../.."
 
 SCHEMATHESIS_VERSION=4.32.5
 max_examples=${SCHEMATHESIS_MAX_EXAMPLES:-100}
@@ -35,7 +36,7 @@ if [ "${1:-}" != --isolated ]; then
         cargo build -p hookraft --locked
     fi
     if command -v unshare > /dev/null && command -v ip > /dev/null && unshare -n true 2> /dev/null; then
-        exec unshare -n -- "$0" --isolated
+        exec unshare -n -- "$self" --isolated
     fi
     echo "no network namespace here (unshare -n not allowed): fuzzing with hooks.py's url rewrite alone"
 else
