@@ -27,7 +27,8 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// The node can take writes: it has a leader and has applied the log.
+/// The node can take writes: it knows a leader, has applied the log and
+/// holds a valid lease.
 ///
 /// It does not look at the budgets: a full budget is back-pressure
 /// on ingest, not a node that cannot serve (reads, replays, cluster
@@ -45,7 +46,7 @@ async fn healthz() -> &'static str {
     responses(
         (status = 200, description = "`ready`, then a warning line per payload key this node lacks.",
             body = String, content_type = "text/plain"),
-        (status = 503, description = "`not ready`: no leader, or the log not applied yet.",
+        (status = 503, description = "`not ready`: no leader, the log not applied yet, or no valid lease.",
             body = String, content_type = "text/plain"),
     )
 )]
