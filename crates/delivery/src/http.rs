@@ -521,13 +521,15 @@ mod tests {
         let listener = listener.tap_io(move |_| {
             counter.fetch_add(1, Ordering::SeqCst);
         });
-        let app = Router::new().route(
-            "/hold",
-            post(|| async {
-                tokio::time::sleep(HOLD).await;
-                "ok"
-            }),
-        );
+        let app = Router::new()
+            .route(
+                "/hold",
+                post(|| async {
+                    tokio::time::sleep(HOLD).await;
+                    "ok"
+                }),
+            )
+            .route("/probe", post(|| async { "ok" }));
         tokio::spawn(async move { axum::serve(listener, app).await.expect("test server") });
         let transport = Arc::new(HttpTransport::new(true).expect("client builds"));
         let wave = || {
@@ -538,21 +540,44 @@ mod tests {
                     tokio::spawn(async move { transport.send(request(url, Duration::from_secs(30))).await })
                 })
                 .collect();
+            let transport = transport.clone();
+            let accepted = accepted.clone();
             async move {
                 for task in tasks {
                     assert_eq!(task.await.expect("task").expect("answer").status, 200);
                 }
-                // Let each connection's task hand it back to the pool.
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                // Each connection's task hands it back to the pool after its
+                // answer was read: wait until one of the wave's is idle there,
+                // which a probe served without a new connection shows. A probe
+                // asks for its connection to be closed after it, so one that
+                // had to open a connection leaves nothing in the pool for the
+                // next probe to find, and the one that succeeds uses up one
+                // of the wave's. Returns the connections the probes account
+                // for: those they opened, and the one they closed.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                let mut opened = 0;
+                loop {
+                    let before = accepted.load(Ordering::SeqCst);
+                    let mut probe = request(format!("http://{addr}/probe"), Duration::from_secs(5));
+                    probe.headers.push(("connection", "close".into()));
+                    assert_eq!(transport.send(probe).await.expect("probe answered").status, 200);
+                    if accepted.load(Ordering::SeqCst) == before {
+                        return opened + 1;
+                    }
+                    opened += 1;
+                    assert!(tokio::time::Instant::now() < deadline, "no connection of the wave came back to the pool");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
             }
         };
-        wave().await;
+        let probes_first = wave().await;
         let after_first = accepted.load(Ordering::SeqCst);
-        assert!(after_first >= WAVE, "{after_first} connections for {WAVE} attempts held at once");
+        assert!(after_first - probes_first >= WAVE - 1, "{after_first} connections for {WAVE} attempts held at once");
+        let mut probes_later = 0;
         for _ in 0..LATER_WAVES {
-            wave().await;
+            probes_later += wave().await;
         }
-        let reopened = accepted.load(Ordering::SeqCst) - after_first;
+        let reopened = accepted.load(Ordering::SeqCst) - after_first - probes_later;
         assert!(reopened <= WAVE / 10, "{reopened} connections opened by {LATER_WAVES} later waves of {WAVE}");
     }
 
