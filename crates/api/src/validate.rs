@@ -125,3 +125,41 @@ pub fn delivery_state(text: &str) -> Result<hookraft_core::model::DeliveryState,
         ))
     })
 }
+
+/// A listing's `limit`: `default` when absent, else 1 to `max`.
+pub fn page_limit(text: Option<&str>, default: usize, max: usize) -> Result<usize, Problem> {
+    match text {
+        None => Ok(default),
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| Problem::malformed(format!("limit must be between 1 and {max}, got `{l}`"))),
+    }
+}
+
+/// A listing's `cursor`: the `next_cursor` of the page before; absent or
+/// empty is the first page.
+pub fn page_cursor<T: std::str::FromStr>(text: Option<&str>) -> Result<Option<T>, Problem> {
+    match text {
+        None | Some("") => Ok(None),
+        Some(c) => c.parse().map(Some).map_err(|_| Problem::malformed("cursor: pass back a next_cursor value")),
+    }
+}
+
+/// A time in a query (`since`, `until`), RFC 3339.
+pub fn query_time(field: &str, text: Option<&str>) -> Result<Option<u64>, Problem> {
+    text.map(|v| {
+        hookraft_core::clock::parse_rfc3339_ms(v)
+            .ok_or_else(|| Problem::malformed(format!("{field}: `{v}` is not an RFC 3339 time")))
+    })
+    .transpose()
+}
+
+/// An id in a query (`endpoint_id`, `event_id`).
+pub fn query_id<T: std::str::FromStr<Err = hookraft_core::ids::IdParseError>>(
+    field: &str,
+    text: Option<&str>,
+) -> Result<Option<T>, Problem> {
+    text.map(|t| t.parse().map_err(|e| Problem::malformed(format!("{field}: {e}")))).transpose()
+}

@@ -19,6 +19,7 @@ use super::{commit, parse_id};
 use crate::context::ApiContext;
 use crate::openapi::problems::{BadRequest, Conflict, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
+use crate::validate;
 use crate::views::{self, DeliveryIdText, EndpointIdText, EventIdText, deliveries as view};
 
 /// Page size bounds of `GET /v1/deliveries`.
@@ -68,16 +69,6 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
-/// `since` or `until` as a time of creation; `None` when absent.
-fn time_of(field: &str, value: Option<&str>) -> ApiResult<Option<u64>> {
-    value
-        .map(|v| {
-            hookraft_core::clock::parse_rfc3339_ms(v)
-                .ok_or_else(|| Problem::malformed(format!("{field}: `{v}` is not an RFC 3339 time")))
-        })
-        .transpose()
-}
-
 /// `order`: `oldest` first (the default) or `newest` first.
 fn newest_first(order: Option<&str>) -> ApiResult<bool> {
     match order {
@@ -101,31 +92,13 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<axum::Json<view::DeliveryPage>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
-    let state_filter = q.state.as_deref().map(crate::validate::delivery_state).transpose()?;
-    let endpoint: Option<EndpointId> = q
-        .endpoint_id
-        .as_deref()
-        .map(|e| e.parse().map_err(|e| Problem::malformed(format!("endpoint_id: {e}"))))
-        .transpose()?;
-    let event: Option<EventId> = q
-        .event_id
-        .as_deref()
-        .map(|e| e.parse().map_err(|e| Problem::malformed(format!("event_id: {e}"))))
-        .transpose()?;
-    let limit = match q.limit.as_deref() {
-        None => LIMIT_DEFAULT,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|l| (1..=LIMIT_MAX).contains(l))
-            .ok_or_else(|| Problem::malformed(format!("limit must be between 1 and {LIMIT_MAX}, got `{l}`")))?,
-    };
-    let cursor: Option<DeliveryId> = match q.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => Some(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
-    };
-    let since_ms = time_of("since", q.since.as_deref())?.unwrap_or(0);
-    let until_ms = time_of("until", q.until.as_deref())?.unwrap_or(u64::MAX);
+    let state_filter = q.state.as_deref().map(validate::delivery_state).transpose()?;
+    let endpoint: Option<EndpointId> = validate::query_id("endpoint_id", q.endpoint_id.as_deref())?;
+    let event: Option<EventId> = validate::query_id("event_id", q.event_id.as_deref())?;
+    let limit = validate::page_limit(q.limit.as_deref(), LIMIT_DEFAULT, LIMIT_MAX)?;
+    let cursor: Option<DeliveryId> = validate::page_cursor(q.cursor.as_deref())?;
+    let since_ms = validate::query_time("since", q.since.as_deref())?.unwrap_or(0);
+    let until_ms = validate::query_time("until", q.until.as_deref())?.unwrap_or(u64::MAX);
     let newest = newest_first(q.order.as_deref())?;
     // Past the cursor in the order asked for.
     let beyond = |id: &DeliveryId| cursor.as_ref().is_none_or(|c| if newest { id < c } else { id > c });

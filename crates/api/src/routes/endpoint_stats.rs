@@ -69,7 +69,7 @@ async fn stats(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> Ap
     let stats = state.endpoint_stats(&id);
     let [five_minutes, one_hour, one_day] =
         WINDOWS.map(|(_, length_ms)| counts_view(&stats.map(|s| s.window(now_ms, length_ms)).unwrap_or_default()));
-    let in_flight = super::stats::in_flight_by_endpoint(&state, &in_flight_ids).get(&id).copied().unwrap_or(0);
+    let in_flight = super::stats::in_flight_of(&state, &in_flight_ids, &id);
     let Work { in_flight, queue_depth, dead } = super::stats::work(&state, &id, in_flight);
     Ok(axum::Json(EndpointStats {
         endpoint_id: id,

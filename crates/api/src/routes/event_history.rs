@@ -8,7 +8,6 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use hookraft_core::clock::parse_rfc3339_ms;
 use hookraft_core::command::{Command, ReplayTarget, Response};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::model::{Delivery, DeliveryState, Event};
@@ -22,6 +21,7 @@ use crate::context::ApiContext;
 use crate::extract::OptionalJsonBody;
 use crate::openapi::problems::{BadRequest, InvalidField, NotFound, Unavailable};
 use crate::problem::{ApiResult, Problem};
+use crate::validate;
 use crate::views::{self, EndpointIdText, EventIdText, events as view};
 
 /// Page size bounds of `GET /v1/events`.
@@ -73,25 +73,12 @@ struct Filter {
 
 impl Filter {
     fn parse(q: &ListQuery) -> ApiResult<Self> {
-        let time = |field: &str, value: &Option<String>| -> ApiResult<Option<u64>> {
-            value
-                .as_deref()
-                .map(|v| {
-                    parse_rfc3339_ms(v)
-                        .ok_or_else(|| Problem::malformed(format!("{field}: `{v}` is not an RFC 3339 time")))
-                })
-                .transpose()
-        };
-        let state = q.state.as_deref().map(crate::validate::delivery_state).transpose()?;
-        let endpoint = q
-            .endpoint_id
-            .as_deref()
-            .map(|e| e.parse().map_err(|e| Problem::malformed(format!("endpoint_id: {e}"))))
-            .transpose()?;
+        let state = q.state.as_deref().map(validate::delivery_state).transpose()?;
+        let endpoint = validate::query_id("endpoint_id", q.endpoint_id.as_deref())?;
         Ok(Self {
             event_type: q.r#type.clone(),
-            since_ms: time("since", &q.since)?.unwrap_or(0),
-            until_ms: time("until", &q.until)?.unwrap_or(u64::MAX),
+            since_ms: validate::query_time("since", q.since.as_deref())?.unwrap_or(0),
+            until_ms: validate::query_time("until", q.until.as_deref())?.unwrap_or(u64::MAX),
             endpoint,
             state,
         })
@@ -131,17 +118,8 @@ async fn list(
 ) -> ApiResult<axum::Json<view::EventPage>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
     let filter = Filter::parse(&q)?;
-    let limit =
-        match q.limit.as_deref() {
-            None => EVENTS_LIMIT_DEFAULT,
-            Some(l) => l.parse::<usize>().ok().filter(|l| (1..=EVENTS_LIMIT_MAX).contains(l)).ok_or_else(|| {
-                Problem::malformed(format!("limit must be between 1 and {EVENTS_LIMIT_MAX}, got `{l}`"))
-            })?,
-        };
-    let after: Bound<EventId> = match q.cursor.as_deref() {
-        None | Some("") => Bound::Unbounded,
-        Some(c) => Bound::Excluded(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
-    };
+    let limit = validate::page_limit(q.limit.as_deref(), EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX)?;
+    let after: Bound<EventId> = validate::page_cursor(q.cursor.as_deref())?.map_or(Bound::Unbounded, Bound::Excluded);
     let state = ctx.state.read();
     let mut data = Vec::with_capacity(limit.min(64));
     let mut next_cursor = None;

@@ -90,17 +90,9 @@ async fn endpoints(
     query: Result<Query<HealthQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<axum::Json<EndpointHealthPage>> {
     let Query(q) = query.map_err(|e| Problem::malformed(e.body_text()))?;
-    let limit =
-        match q.limit.as_deref() {
-            None => HEALTH_LIMIT_DEFAULT,
-            Some(l) => l.parse::<usize>().ok().filter(|l| (1..=HEALTH_LIMIT_MAX).contains(l)).ok_or_else(|| {
-                Problem::malformed(format!("limit must be between 1 and {HEALTH_LIMIT_MAX}, got `{l}`"))
-            })?,
-        };
-    let after: Bound<EndpointId> = match q.cursor.as_deref() {
-        None | Some("") => Bound::Unbounded,
-        Some(c) => Bound::Excluded(c.parse().map_err(|_| Problem::malformed("cursor: pass back a next_cursor value"))?),
-    };
+    let limit = crate::validate::page_limit(q.limit.as_deref(), HEALTH_LIMIT_DEFAULT, HEALTH_LIMIT_MAX)?;
+    let after: Bound<EndpointId> =
+        crate::validate::page_cursor(q.cursor.as_deref())?.map_or(Bound::Unbounded, Bound::Excluded);
     let now_ms = ctx.clock.wall_ms();
     let in_flight_ids = ctx.in_flight.ids();
     let state = ctx.state.read();
@@ -125,6 +117,11 @@ pub(crate) fn in_flight_by_endpoint(state: &ClusterState, in_flight: &[DeliveryI
         *counts.entry(delivery.endpoint_id).or_insert(0) += 1;
     }
     counts
+}
+
+/// How many attempts this node has under way for `endpoint`.
+pub(crate) fn in_flight_of(state: &ClusterState, in_flight: &[DeliveryId], endpoint: &EndpointId) -> usize {
+    in_flight.iter().filter(|id| state.deliveries.get(id).is_some_and(|d| d.endpoint_id == *endpoint)).count()
 }
 
 /// One endpoint's health (see [`EndpointHealth`]).
