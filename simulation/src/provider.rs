@@ -23,7 +23,6 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, KeyInit, Mac};
-use hookraft_core::ordering::OnDead;
 use hookraft_core::signing::Secret;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -35,7 +34,7 @@ use crate::clock::EPOCH_MS;
 use crate::cluster::{Cluster, call, call_raw, elapsed_ms};
 use crate::receivers::{Behavior, Receivers};
 use crate::trace::Trace;
-use crate::workload::{Ledger, SimEndpoint, pick_node_with};
+use crate::workload::{Ledger, SimEndpoint, draw_ordering, endpoint_body, pick_node_with};
 
 /// Mixed into the workload's seed for the provider's generator.
 pub const INBOUND_SEED_SALT: u64 = 0x696e_626f_756e_6421;
@@ -208,25 +207,9 @@ impl Provider {
             } else {
                 Vec::new()
             };
-            let ordering = match self.rng.random_range(0..3) {
-                0 => None,
-                1 => Some(OnDead::Block),
-                _ => Some(OnDead::Skip),
-            };
-            let (attempts_max, max_age_s) = if ordering.is_some() { (4, 10) } else { (40, 3_600) };
-            let mut body = json!({
-                "url": Receivers::url(&name),
-                "secret": secret.to_whsec(),
-                "sources": sources,
-                "event_types": if types.is_empty() { Value::Null } else { json!(types) },
-                "timeout_ms": 1_000,
-                "max_in_flight": 4,
-                "retry": {"attempts_max": attempts_max, "base_ms": 100, "cap_ms": 2_000, "max_age_s": max_age_s},
-            });
-            if let Some(on_dead) = ordering {
-                body["ordering"] = json!("per_key");
-                body["on_dead"] = json!(if on_dead == OnDead::Block { "block" } else { "skip" });
-            }
+            let ordering = draw_ordering(&mut self.rng);
+            let mut body = endpoint_body(&name, &secret, &types, ordering);
+            body["sources"] = json!(sources);
             let answer = call_leader(cluster, "/v1/endpoints", body).await?;
             let id = answer["id"].as_str().ok_or_else(|| anyhow::anyhow!("register endpoint: {answer}"))?;
             self.trace.record(format!("provider endpoint {id} {name} {behavior:?} {sources:?} ordering {ordering:?}"));

@@ -194,25 +194,8 @@ impl Workload {
             receivers.set(&name, behavior, secret.clone());
             let types: Vec<String> =
                 TYPES.iter().filter(|_| self.rng.random_bool(0.6)).map(|t| t.to_string()).collect();
-            let ordering = match self.order_rng.random_range(0..3) {
-                0 => None,
-                1 => Some(OnDead::Block),
-                _ => Some(OnDead::Skip),
-            };
-            let (attempts_max, max_age_s) =
-                if ordering.is_some() { (ORDERED_ATTEMPTS_MAX, ORDERED_MAX_AGE_S) } else { (40, 3_600) };
-            let mut body = json!({
-                "url": Receivers::url(&name),
-                "secret": secret.to_whsec(),
-                "event_types": if types.is_empty() { Value::Null } else { json!(types) },
-                "timeout_ms": 1_000,
-                "max_in_flight": 4,
-                "retry": {"attempts_max": attempts_max, "base_ms": 100, "cap_ms": 2_000, "max_age_s": max_age_s},
-            });
-            if let Some(on_dead) = ordering {
-                body["ordering"] = json!("per_key");
-                body["on_dead"] = json!(if on_dead == OnDead::Block { "block" } else { "skip" });
-            }
+            let ordering = draw_ordering(&mut self.order_rng);
+            let body = endpoint_body(&name, &secret, &types, ordering);
             let router = cluster.router(leader).ok_or_else(|| anyhow::anyhow!("leader has no router"))?;
             let answer = call(router, "POST", "/v1/endpoints", Some(body), None)
                 .await
@@ -448,6 +431,37 @@ impl Workload {
             let _ = call(router, "PATCH", &format!("/v1/endpoints/{endpoint}"), Some(body), None).await;
         });
     }
+}
+
+/// An endpoint's ordering, one in three each: none, per key with a dead
+/// head blocking its key, per key with a dead head skipped.
+pub(crate) fn draw_ordering(rng: &mut StdRng) -> Option<OnDead> {
+    match rng.random_range(0..3) {
+        0 => None,
+        1 => Some(OnDead::Block),
+        _ => Some(OnDead::Skip),
+    }
+}
+
+/// The registration of a simulated endpoint at receiver `name`: short
+/// timeouts and fast retries, and for an ordered one few attempts over a
+/// short age, so heads die under faults and keys block or go on.
+pub(crate) fn endpoint_body(name: &str, secret: &Secret, types: &[String], ordering: Option<OnDead>) -> Value {
+    let (attempts_max, max_age_s) =
+        if ordering.is_some() { (ORDERED_ATTEMPTS_MAX, ORDERED_MAX_AGE_S) } else { (40, 3_600) };
+    let mut body = json!({
+        "url": Receivers::url(name),
+        "secret": secret.to_whsec(),
+        "event_types": if types.is_empty() { Value::Null } else { json!(types) },
+        "timeout_ms": 1_000,
+        "max_in_flight": 4,
+        "retry": {"attempts_max": attempts_max, "base_ms": 100, "cap_ms": 2_000, "max_age_s": max_age_s},
+    });
+    if let Some(on_dead) = ordering {
+        body["ordering"] = json!("per_key");
+        body["on_dead"] = json!(if on_dead == OnDead::Block { "block" } else { "skip" });
+    }
+    body
 }
 
 pub(crate) fn pick_node_with(rng: &mut StdRng, cluster: &Cluster) -> Option<NodeId> {
