@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::background::{self, Pace};
 use crate::codec::{decode, encode, encode_into};
 use crate::disk::{Batch, Disk, FileSlot, KvTree, NewFile};
-use hookraft_core::state::{ClusterStateV1, ClusterStateV2};
+use hookraft_core::state::{ClusterStateV1, ClusterStateV2, ClusterStateV3};
 
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
@@ -41,19 +41,23 @@ pub(crate) enum SnapshotPayload {
     /// The state ends with its ordered keys' queues.
     V2 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV2 },
     /// Then with its inbound sources and the stale guard's versions.
-    V3 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
+    V3 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV3 },
+    /// Then with the history of finished events.
+    V4 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
 }
 
 /// The borrowed twin of [`SnapshotPayload`], so a snapshot is encoded
 /// straight from the live state without a copy. Same variants, same order.
 #[derive(Serialize)]
 enum SnapshotPayloadRef<'a> {
-    /// Never written now; here so `V3` keeps its position.
+    /// Never written now; here so `V4` keeps its position.
     #[allow(dead_code)]
     V1,
     #[allow(dead_code)]
     V2,
-    V3 {
+    #[allow(dead_code)]
+    V3,
+    V4 {
         last_applied: &'a Option<LogId>,
         last_membership: &'a StoredMembership,
         state: &'a ClusterState,
@@ -68,7 +72,7 @@ pub(crate) fn encode_payload(
     last_membership: &StoredMembership,
     state: &ClusterState,
 ) -> Result<Vec<u8>, Error> {
-    encode("snapshot", &SnapshotPayloadRef::V3 { last_applied, last_membership, state })
+    encode("snapshot", &SnapshotPayloadRef::V4 { last_applied, last_membership, state })
 }
 
 /// Decodes a snapshot's bytes and checks they say what `meta` says.
@@ -80,7 +84,8 @@ pub(crate) fn decode_payload(
     let (last_applied, last_membership, state) = match decode("snapshot", data)? {
         SnapshotPayload::V1 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
         SnapshotPayload::V2 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V3 { last_applied, last_membership, state } => (last_applied, last_membership, state),
+        SnapshotPayload::V3 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
+        SnapshotPayload::V4 { last_applied, last_membership, state } => (last_applied, last_membership, state),
     };
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
@@ -293,7 +298,7 @@ pub(crate) fn write_snapshot(
     pace: &mut Pace,
 ) -> Result<WrittenSnapshot, Error> {
     let last_applied = &meta.last_log_id;
-    let payload = SnapshotPayloadRef::V3 { last_applied, last_membership, state };
+    let payload = SnapshotPayloadRef::V4 { last_applied, last_membership, state };
     let payload_bytes = encode_into("snapshot", &payload, &mut PacedWriter::new(&mut *file, pace))? as u64;
     let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
     std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
@@ -357,13 +362,20 @@ mod tests {
         assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
 
         // The current layout ends with the ordered keys' queues (here none:
-        // an empty map, one zero byte), then the inbound state (no source,
-        // no version: two empty maps, two zero bytes).
-        assert_eq!((data[0], &data[data.len() - 3..]), (2, &[0u8, 0, 0][..]), "V3, ending empty");
-        // A snapshot of the second layout: variant V2, without the inbound state.
-        let mut second_layout = data.clone();
+        // an empty map, one zero byte), the inbound state (no source, no
+        // version: two empty maps, two zero bytes), then the history (no
+        // event, no delivery: two more).
+        assert_eq!((data[0], &data[data.len() - 5..]), (3, &[0u8, 0, 0, 0, 0][..]), "V4, ending empty");
+        // A snapshot of the third layout: variant V3, without the history.
+        let mut third_layout = data.clone();
+        third_layout[0] = 2;
+        third_layout.truncate(data.len() - 2);
+        let (applied, members, decoded) = decode_payload(&meta, &third_layout).expect("decodes");
+        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
+        // Of the second layout: variant V2, without the inbound state.
+        let mut second_layout = third_layout;
         second_layout[0] = 1;
-        second_layout.truncate(data.len() - 2);
+        second_layout.truncate(data.len() - 4);
         let (applied, members, decoded) = decode_payload(&meta, &second_layout).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
         // Of the first layout: variant V1, without the ordered keys either.

@@ -1,6 +1,7 @@
 //! `/v1/deliveries`: list (the dead-letter queue is `state=dead`), read with
 //! the timeline, replay one.
 
+use std::borrow::Cow;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use axum::response::IntoResponse;
 use hookraft_core::command::{Command, ReplayTarget};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::lifecycle::lifecycle;
-use hookraft_core::model::{Delivery, DeliveryState};
+use hookraft_core::model::{Delivery, DeliveryState, Event};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -108,55 +109,54 @@ async fn list(
         endpoint.as_ref().is_none_or(|e| &d.endpoint_id == e)
             && event.as_ref().is_none_or(|e| &d.event_id == e)
             && (since_ms..until_ms).contains(&d.created_at_ms)
-            && q.r#type.as_deref().is_none_or(|t| event_type(&state, d) == Some(t))
+            && q.r#type.as_deref().is_none_or(|t| state.event(&d.event_id).is_some_and(|e| &*e.event_type == t))
             && state_filter.is_none_or(|s| views::effective_state(&ctx, d) == s)
     };
     let page = match (&event, &endpoint, state_filter) {
         // One event's deliveries: a handful, whatever the state holds.
         (Some(event), _, _) => {
-            let mut ids: Vec<DeliveryId> = state.events.get(event).map(|e| e.deliveries.to_vec()).unwrap_or_default();
+            let mut ids: Vec<DeliveryId> = state.event(event).map(|e| e.deliveries.to_vec()).unwrap_or_default();
             ids.sort_unstable();
             if newest {
                 ids.reverse();
             }
             let ids = ids.into_iter().filter(|id| beyond(id));
-            page_of(ids.filter_map(|id| state.deliveries.get(&id).map(|d| &**d)), keep, limit, LIST_SCAN_MAX)
+            page_of(ids.filter_map(|id| state.delivery(&id)), keep, limit, LIST_SCAN_MAX)
         }
         // The dead-letter queue of one endpoint: its index.
         (None, Some(endpoint), Some(DeliveryState::Dead)) if !newest => {
-            let dead = state.dead_of(endpoint, cursor.as_ref()).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+            let dead = state.dead_of(endpoint, cursor.as_ref()).filter_map(|id| state.delivery(&id));
             page_of(dead, keep, limit, LIST_SCAN_MAX)
         }
         (None, Some(endpoint), Some(DeliveryState::Dead)) => {
             let dead = state.dead_of_newest_first(endpoint, cursor.as_ref());
-            page_of(dead.filter_map(|id| state.deliveries.get(id).map(|d| &**d)), keep, limit, LIST_SCAN_MAX)
+            page_of(dead.filter_map(|id| state.delivery(&id)), keep, limit, LIST_SCAN_MAX)
         }
         _ if newest => {
             let upper = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-            let all = state.deliveries.range((Bound::Unbounded, upper)).rev().map(|(_, d)| &**d);
-            page_of(all, keep, limit, LIST_SCAN_MAX)
+            page_of(state.deliveries_in((Bound::Unbounded, upper), true), keep, limit, LIST_SCAN_MAX)
         }
         _ => {
             let lower = cursor.map_or(Bound::Unbounded, Bound::Excluded);
-            let all = state.deliveries.range((lower, Bound::Unbounded)).map(|(_, d)| &**d);
-            page_of(all, keep, limit, LIST_SCAN_MAX)
+            page_of(state.deliveries_in((lower, Bound::Unbounded), false), keep, limit, LIST_SCAN_MAX)
         }
     };
     let data = page
         .rows
         .iter()
         .map(|d| {
-            let mut row = views::delivery(&ctx, d, state.ordering_key(d), None);
-            row.event_type = event_type(&state, d).map(str::to_owned);
+            let event = state.event(&d.event_id);
+            let mut row = views::delivery(&ctx, d, ordering_key(d, event.as_deref()), None);
+            row.event_type = event.as_ref().map(|e| e.event_type.to_string());
             row
         })
         .collect();
     Ok(axum::Json(view::DeliveryPage { data, next_cursor: page.next_cursor }))
 }
 
-/// The type of a delivery's event (`None` once the event is gone).
-fn event_type<'a>(state: &'a hookraft_core::state::ClusterState, d: &Delivery) -> Option<&'a str> {
-    state.events.get(&d.event_id).map(|e| &*e.event_type)
+/// The ordering key of an ordered delivery, from its event.
+fn ordering_key<'a>(delivery: &Delivery, event: Option<&'a Event>) -> Option<&'a str> {
+    event.filter(|_| delivery.sequence != 0)?.ordering_key.as_deref()
 }
 
 /// Deliveries one listing looks at, at most, filtered or not: a filter that
@@ -167,7 +167,7 @@ pub const LIST_SCAN_MAX: usize = 10_000;
 /// A page of a listing and where the next one starts (`None`: nothing
 /// after it).
 struct Page<'a> {
-    rows: Vec<&'a Delivery>,
+    rows: Vec<Cow<'a, Delivery>>,
     next_cursor: Option<DeliveryId>,
 }
 
@@ -177,26 +177,27 @@ struct Page<'a> {
 /// at when the bound stopped the scan, so a short or empty page with a
 /// cursor means "keep going".
 fn page_of<'a>(
-    candidates: impl Iterator<Item = &'a Delivery>,
+    candidates: impl Iterator<Item = Cow<'a, Delivery>>,
     keep: impl Fn(&Delivery) -> bool,
     limit: usize,
     scan_max: usize,
 ) -> Page<'a> {
-    let mut rows = Vec::with_capacity(limit.min(64));
+    let mut rows: Vec<Cow<'a, Delivery>> = Vec::with_capacity(limit.min(64));
     let mut candidates = candidates.peekable();
     let mut looked = 0;
     while let Some(d) = candidates.next() {
         looked += 1;
-        if keep(d) {
+        let id = d.id;
+        if keep(&d) {
             if rows.len() == limit {
                 // A match beyond the page: there is a next page.
-                let next_cursor = rows.last().map(|d: &&Delivery| d.id);
+                let next_cursor = rows.last().map(|d| d.id);
                 return Page { rows, next_cursor };
             }
             rows.push(d);
         }
         if looked >= scan_max && candidates.peek().is_some() {
-            return Page { rows, next_cursor: Some(d.id) };
+            return Page { rows, next_cursor: Some(id) };
         }
     }
     Page { rows, next_cursor: None }
@@ -213,10 +214,10 @@ fn page_of<'a>(
 async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<view::DeliveryView>> {
     let id: DeliveryId = parse_id(&id)?;
     let state = ctx.state.read();
-    let delivery = state.deliveries.get(&id).ok_or_else(|| Problem::not_found(format!("no delivery {id}")))?;
-    let event = state.events.get(&delivery.event_id).map(AsRef::as_ref);
-    let stages = lifecycle(delivery, event, &state.grant_for(&delivery.endpoint_id));
-    Ok(axum::Json(views::delivery(&ctx, delivery, state.ordering_key(delivery), Some(&stages))))
+    let delivery = state.delivery(&id).ok_or_else(|| Problem::not_found(format!("no delivery {id}")))?;
+    let event = state.event(&delivery.event_id);
+    let stages = lifecycle(&delivery, event.as_deref(), &state.grant_for(&delivery.endpoint_id));
+    Ok(axum::Json(views::delivery(&ctx, &delivery, ordering_key(&delivery, event.as_deref()), Some(&stages))))
 }
 
 /// Replay a settled delivery: it is queued again.
@@ -283,13 +284,13 @@ mod tests {
         state.apply(&Command::IngestEvents { now_ms: 5, events: pending });
         let last = event(1_000 + before as u64, b);
         state.apply(&Command::IngestEvents { now_ms: 6, events: vec![last] });
-        assert_eq!(state.deliveries.len(), before + 1);
+        assert_eq!(state.delivery_count(), before + 1);
         (state, a, b)
     }
 
-    fn all_after(state: &ClusterState, after: Option<DeliveryId>) -> impl Iterator<Item = &Delivery> {
+    fn all_after(state: &ClusterState, after: Option<DeliveryId>) -> impl Iterator<Item = Cow<'_, Delivery>> {
         let after = after.map_or(Bound::Unbounded, Bound::Excluded);
-        state.deliveries.range((after, Bound::Unbounded)).map(|(_, d)| &**d)
+        state.deliveries_in((after, Bound::Unbounded), false)
     }
 
     #[test]
@@ -340,11 +341,11 @@ mod tests {
     fn the_dead_letter_queue_of_one_endpoint_reads_only_its_dead_deliveries() {
         // 3 dead of `a` first, then more pending than the bound.
         let (state, a, _) = backlog(LIST_SCAN_MAX + 10, 3);
-        let dead = state.dead_of(&a, None).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+        let dead = state.dead_of(&a, None).filter_map(|id| state.delivery(&id));
         let page = page_of(dead, |d| d.state == DeliveryState::Dead, 2, LIST_SCAN_MAX);
         assert_eq!(page.rows.len(), 2);
         let cursor = page.next_cursor.expect("one more dead delivery");
-        let rest = state.dead_of(&a, Some(&cursor)).filter_map(|id| state.deliveries.get(id).map(|d| &**d));
+        let rest = state.dead_of(&a, Some(&cursor)).filter_map(|id| state.delivery(&id));
         let page = page_of(rest, |d| d.state == DeliveryState::Dead, 2, LIST_SCAN_MAX);
         assert_eq!(page.rows.len(), 1);
         assert_eq!(page.next_cursor, None, "the pending deliveries are never looked at");

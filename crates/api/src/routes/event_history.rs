@@ -95,7 +95,7 @@ impl Filter {
         if self.endpoint.is_none() && self.state.is_none() {
             return true;
         }
-        event.deliveries.iter().filter_map(|id| state.deliveries.get(id)).any(|d| {
+        state.deliveries_of(event).iter().any(|d| {
             self.endpoint.is_none_or(|e| d.endpoint_id == e)
                 && self.state.is_none_or(|s| views::effective_state(ctx, d) == s)
         })
@@ -123,19 +123,19 @@ async fn list(
     let state = ctx.state.read();
     let mut data = Vec::with_capacity(limit.min(64));
     let mut next_cursor = None;
-    let mut candidates = state.events.range((after, Bound::Unbounded)).peekable();
+    let mut candidates = state.events_in((after, Bound::Unbounded), false).peekable();
     let mut looked = 0;
-    while let Some((id, event)) = candidates.next() {
+    while let Some(event) = candidates.next() {
         looked += 1;
-        if filter.keeps(&ctx, &state, event) {
+        if filter.keeps(&ctx, &state, &event) {
             if data.len() == limit {
                 next_cursor = Some(data_cursor(&data));
                 break;
             }
-            data.push(summary(&ctx, &state, event));
+            data.push(summary(&ctx, &state, &event));
         }
         if looked >= EVENTS_SCAN_MAX && candidates.peek().is_some() {
-            next_cursor = Some(id.to_string());
+            next_cursor = Some(event.id.to_string());
             break;
         }
     }
@@ -149,8 +149,8 @@ fn data_cursor(data: &[view::EventSummary]) -> String {
 
 /// An event in a listing: no payload (read one event for it).
 fn summary(ctx: &ApiContext, state: &ClusterState, event: &Event) -> view::EventSummary {
-    let deliveries: Vec<&Delivery> =
-        event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
+    let deliveries = state.deliveries_of(event);
+    let deliveries: Vec<&Delivery> = deliveries.iter().map(|d| &**d).collect();
     view::summary(ctx, event, &deliveries)
 }
 
@@ -192,10 +192,10 @@ async fn replay(
     let id: EventId = parse_id(&id)?;
     let (chosen, mut skipped) = {
         let state = ctx.state.read();
-        let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
+        let event = state.event(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
         let mut chosen: Vec<DeliveryId> = Vec::new();
         let mut skipped: Vec<view::SkippedDelivery> = Vec::new();
-        for delivery in event.deliveries.iter().filter_map(|d| state.deliveries.get(d)) {
+        for delivery in state.deliveries_of(&event) {
             let reason = match delivery.state {
                 s if !s.is_terminal() => Some("not settled"),
                 DeliveryState::Delivered if !body.include_delivered => Some("delivered"),

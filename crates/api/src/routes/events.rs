@@ -365,16 +365,10 @@ fn answer(ctx: &ApiContext, event_id: &EventId, replay: bool) -> ApiResult<Respo
 
 /// A committed event and its deliveries in their creation states.
 fn ingest_answer<'a>(state: &'a ClusterState, event_id: &EventId) -> ApiResult<views::IngestAnswer<'a>> {
-    let event = state
-        .events
-        .get(event_id)
-        .ok_or_else(|| Problem::internal(format!("committed event {event_id} is missing")))?;
-    let deliveries: Vec<(&Delivery, _)> = event
-        .deliveries
-        .iter()
-        .filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref))
-        .map(|d| (d, d.initial_state))
-        .collect();
+    let event =
+        state.event(event_id).ok_or_else(|| Problem::internal(format!("committed event {event_id} is missing")))?;
+    let deliveries = state.deliveries_of(&event);
+    let deliveries: Vec<(&Delivery, _)> = deliveries.iter().map(|d| (&**d, d.initial_state)).collect();
     Ok(views::ingest_answer(event, &deliveries))
 }
 
@@ -393,10 +387,11 @@ async fn read(
     let id: EventId = parse_id(&id)?;
     let (event, mut view) = {
         let state = ctx.state.read();
-        let event = state.events.get(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
-        let deliveries: Vec<&Delivery> =
-            event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(AsRef::as_ref)).collect();
-        (event.clone(), views::event(&ctx, event, &deliveries))
+        let event = state.event(&id).ok_or_else(|| Problem::not_found(format!("no event {id}")))?;
+        let deliveries = state.deliveries_of(&event);
+        let deliveries: Vec<&Delivery> = deliveries.iter().map(|d| &**d).collect();
+        let view = views::event(&ctx, &event, &deliveries);
+        (event.into_owned(), view)
     };
     // Opened once the state's lock is released: a payload may be a MiB.
     views::open_payload(&ctx, &event, &mut view);

@@ -170,21 +170,22 @@ fn step(
         let mut candidates = Vec::new();
         let mut scanned = 0;
         let mut last = None;
-        for (id, event) in state.events.range((start, Bound::Unbounded)) {
+        // In memory and in the history: a finished event's payload is sealed again too.
+        for event in state.events_in((start, Bound::Unbounded), false) {
             if scanned == REWRAP_SCAN_MAX || candidates.len() == REWRAP_BATCH_MAX {
                 break;
             }
             scanned += 1;
-            last = Some(*id);
+            last = Some(event.id);
             let key = event.payload.key_id();
             if dry_run || key == active {
                 *progress.by_key.entry(key.unwrap_or("clear").to_string()).or_default() += 1;
                 continue;
             }
-            candidates.push((*id, event.event_type.clone(), event.payload.clone()));
+            candidates.push((event.id, event.event_type.clone(), event.payload.clone()));
         }
         let more =
-            last.is_some_and(|last| state.events.range((Bound::Excluded(last), Bound::Unbounded)).next().is_some());
+            last.is_some_and(|last| state.events_in((Bound::Excluded(last), Bound::Unbounded), false).next().is_some());
         (candidates, if more { last } else { None }, scanned)
     };
     progress.examined += scanned as u64;

@@ -1,5 +1,7 @@
 //! Events as callers see them, and the answers of the event routes.
 
+use std::borrow::Cow;
+
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId, SourceId};
 use hookraft_core::inbound::Version;
 use hookraft_core::model::{Delivery, DeliveryState, Event};
@@ -19,10 +21,13 @@ use crate::context::ApiContext;
 #[schema(description = "The event and its deliveries in their creation states; a replay of it answers the same.")]
 pub struct IngestAnswer<'a> {
     #[schema(value_type = String, example = "evt_01jd5m3k4r8v2w6x9y0z1a2b3c")]
-    id: &'a EventId,
+    id: EventId,
+    /// Borrowed from an event in memory; a finished one is read from the
+    /// history, decoded.
     #[serde(rename = "type")]
-    event_type: &'a str,
-    deliveries: Vec<IngestedDelivery<'a>>,
+    #[schema(value_type = String)]
+    event_type: Cow<'a, str>,
+    deliveries: Vec<IngestedDelivery>,
 }
 
 /// One event's result in the answer to `POST /v1/events/batch`: `status`
@@ -34,11 +39,12 @@ pub struct BatchAnswer<'a> {
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
-    id: Option<&'a EventId>,
+    id: Option<EventId>,
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    event_type: Option<&'a str>,
+    #[schema(value_type = Option<String>)]
+    event_type: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    deliveries: Option<Vec<IngestedDelivery<'a>>>,
+    deliveries: Option<Vec<IngestedDelivery>>,
     /// Why the event was refused (status 422).
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
@@ -63,21 +69,26 @@ pub struct BatchAnswers<'a> {
 
 /// A delivery an ingest created, in its creation state.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct IngestedDelivery<'a> {
+pub struct IngestedDelivery {
     #[schema(value_type = String)]
-    id: &'a DeliveryId,
+    id: DeliveryId,
     #[schema(value_type = String)]
-    endpoint_id: &'a EndpointId,
+    endpoint_id: EndpointId,
     state: StateView,
 }
 
-pub fn ingest_answer<'a>(event: &'a Event, deliveries: &[(&'a Delivery, DeliveryState)]) -> IngestAnswer<'a> {
+pub fn ingest_answer<'a>(event: Cow<'a, Event>, deliveries: &[(&Delivery, DeliveryState)]) -> IngestAnswer<'a> {
+    let id = event.id;
+    let event_type = match event {
+        Cow::Borrowed(event) => Cow::Borrowed(&*event.event_type),
+        Cow::Owned(event) => Cow::Owned(event.event_type.into()),
+    };
     IngestAnswer {
-        id: &event.id,
-        event_type: &event.event_type,
+        id,
+        event_type,
         deliveries: deliveries
             .iter()
-            .map(|(d, state)| IngestedDelivery { id: &d.id, endpoint_id: &d.endpoint_id, state: (*state).into() })
+            .map(|(d, state)| IngestedDelivery { id: d.id, endpoint_id: d.endpoint_id, state: (*state).into() })
             .collect(),
     }
 }

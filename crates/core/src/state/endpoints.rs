@@ -96,6 +96,8 @@ impl ClusterState {
         self.stats.forget(id);
         self.forget_ordered_endpoint(id);
         self.fanout.invalidate();
+        // Its dead deliveries hold no key any more.
+        self.touch_dead_of(id);
         Response::Ok
     }
 

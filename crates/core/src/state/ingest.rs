@@ -20,7 +20,7 @@ impl ClusterState {
         {
             return IngestResult::Duplicate { event_id: *existing };
         }
-        if self.events.contains_key(&new.id) {
+        if self.has_event(&new.id) {
             // The same proposal committed twice (a retried forward): idempotent.
             return IngestResult::Duplicate { event_id: new.id };
         }
@@ -113,6 +113,8 @@ impl ClusterState {
             self.place_ordered(id);
         }
         self.throughput.note(super::throughput::Flow::Accepted, now_ms);
+        // Finished already when it matched no endpoint, or only disabled ones.
+        self.touch(new.id);
         IngestResult::Created { event_id: new.id, deliveries: created }
     }
 }

@@ -11,6 +11,7 @@ mod cluster;
 mod endpoints;
 mod fanout;
 mod health;
+mod history;
 mod ingest;
 mod operational;
 mod ordered;
@@ -18,6 +19,7 @@ mod outcomes;
 mod prune;
 mod replay;
 mod rewrap;
+mod settle;
 mod sources;
 mod stale;
 pub mod stats;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use history::{History, IdRange};
 pub use replay::{REPLAY_BATCH_MAX, REPLAY_SCAN_MAX};
 pub use sources::{ENDPOINT_SOURCES_MAX, InboundState};
 
@@ -41,7 +44,7 @@ pub use usage::{Usage, delivery_bytes, event_bytes, new_event_bytes};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "Encoded<Ordered, InboundState>")]
+#[serde(from = "Encoded<Ordered, InboundState, History>")]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
     /// Events and deliveries are boxed: a B-tree node keeps slack for 11
@@ -110,6 +113,15 @@ pub struct ClusterState {
     /// (`state/sources.rs`, `state/stale.rs`). Encoded last: snapshots of
     /// the layouts before have none (`ClusterStateV1`, `ClusterStateV2`).
     pub inbound: InboundState,
+    /// Finished events and their deliveries, encoded (`state/history.rs`):
+    /// what `events` and `deliveries` no longer hold. Encoded last: a
+    /// snapshot of the layouts before has none (`ClusterStateV3`), its
+    /// finished events are moved here when it is decoded.
+    history: History,
+    /// The events the current apply touched, for its end to settle
+    /// (`state/settle.rs`). Not part of the state: empty between applies.
+    #[serde(skip)]
+    touched: Vec<EventId>,
     /// Deliveries the last apply made ready that its response does not
     /// name, for the node to wake their actors: those of the operational
     /// events it emitted (`state/operational.rs`) and the ordered keys'
@@ -135,10 +147,10 @@ pub struct ClusterState {
 
 /// The fields of [`ClusterState`] a snapshot encodes, in their order:
 /// decoding goes through it so that the derived indexes are rebuilt.
-/// `O` is the ordered keys' queues and `I` the inbound sources, or `()`
-/// (nothing) in the layouts from before them.
+/// `O` is the ordered keys' queues, `I` the inbound sources and `H` the
+/// history, or `()` (nothing) in the layouts from before them.
 #[derive(Deserialize)]
-struct Encoded<O, I> {
+struct Encoded<O, I, H> {
     endpoints: BTreeMap<EndpointId, Endpoint>,
     events: DenseMap<EventId, Box<Event>>,
     deliveries: DenseMap<DeliveryId, Arc<Delivery>>,
@@ -150,11 +162,17 @@ struct Encoded<O, I> {
     outcomes_rejected_stale: u64,
     ordered: O,
     inbound: I,
+    history: H,
 }
 
-impl<O, I> Encoded<O, I> {
-    /// The same fields with the last two of the current layout.
-    fn upgraded(self, ordered: impl FnOnce(O) -> Ordered, inbound: impl FnOnce(I) -> InboundState) -> Current {
+impl<O, I, H> Encoded<O, I, H> {
+    /// The same fields with the last three of the current layout.
+    fn upgraded(
+        self,
+        ordered: impl FnOnce(O) -> Ordered,
+        inbound: impl FnOnce(I) -> InboundState,
+        history: impl FnOnce(H) -> History,
+    ) -> Current {
         Encoded {
             endpoints: self.endpoints,
             events: self.events,
@@ -167,33 +185,55 @@ impl<O, I> Encoded<O, I> {
             outcomes_rejected_stale: self.outcomes_rejected_stale,
             ordered: ordered(self.ordered),
             inbound: inbound(self.inbound),
+            history: history(self.history),
         }
     }
 }
 
 type Ordered = crate::ordering::OrderedKeys<ordered::OrderKey>;
-type Current = Encoded<Ordered, InboundState>;
+type Current = Encoded<Ordered, InboundState, History>;
 
 /// A state encoded before ordered delivery existed (a `V1` snapshot): it
 /// holds no ordered key and no source.
 #[derive(Debug, Deserialize)]
-#[serde(from = "Encoded<(), ()>")]
+#[serde(from = "Encoded<(), (), ()>")]
 pub struct ClusterStateV1(pub ClusterState);
 
-impl From<Encoded<(), ()>> for ClusterStateV1 {
-    fn from(encoded: Encoded<(), ()>) -> Self {
-        Self(ClusterState::from(encoded.upgraded(|()| Ordered::default(), |()| InboundState::default())))
+impl From<Encoded<(), (), ()>> for ClusterStateV1 {
+    fn from(encoded: Encoded<(), (), ()>) -> Self {
+        Self(ClusterState::from(encoded.upgraded(
+            |()| Ordered::default(),
+            |()| InboundState::default(),
+            |()| History::default(),
+        )))
     }
 }
 
 /// A state encoded before inbound sources existed (a `V2` snapshot).
 #[derive(Debug, Deserialize)]
-#[serde(from = "Encoded<Ordered, ()>")]
+#[serde(from = "Encoded<Ordered, (), ()>")]
 pub struct ClusterStateV2(pub ClusterState);
 
-impl From<Encoded<Ordered, ()>> for ClusterStateV2 {
-    fn from(encoded: Encoded<Ordered, ()>) -> Self {
-        Self(ClusterState::from(encoded.upgraded(|ordered| ordered, |()| InboundState::default())))
+impl From<Encoded<Ordered, (), ()>> for ClusterStateV2 {
+    fn from(encoded: Encoded<Ordered, (), ()>) -> Self {
+        Self(ClusterState::from(encoded.upgraded(
+            |ordered| ordered,
+            |()| InboundState::default(),
+            |()| History::default(),
+        )))
+    }
+}
+
+/// A state encoded before the history existed (a `V3` snapshot): every
+/// event in memory; the finished ones move into the history as it is
+/// decoded.
+#[derive(Debug, Deserialize)]
+#[serde(from = "Encoded<Ordered, InboundState, ()>")]
+pub struct ClusterStateV3(pub ClusterState);
+
+impl From<Encoded<Ordered, InboundState, ()>> for ClusterStateV3 {
+    fn from(encoded: Encoded<Ordered, InboundState, ()>) -> Self {
+        Self(ClusterState::from(encoded.upgraded(|ordered| ordered, |inbound| inbound, |()| History::default())))
     }
 }
 
@@ -218,6 +258,8 @@ impl From<Current> for ClusterState {
             ordered,
             numbered: BTreeMap::new(),
             inbound: encoded.inbound,
+            history: encoded.history,
+            touched: Vec::new(),
             to_wake: Default::default(),
             stats: Default::default(),
             tallies: Default::default(),
@@ -225,6 +267,8 @@ impl From<Current> for ClusterState {
         };
         state.recount_usage();
         state.numbered = state.counted_numbered();
+        // Only a layout from before the history holds finished events here.
+        state.settle_all();
         state
     }
 }
@@ -306,6 +350,8 @@ impl Default for ClusterState {
             ordered: Default::default(),
             numbered: BTreeMap::new(),
             inbound: InboundState::default(),
+            history: History::default(),
+            touched: Vec::new(),
             to_wake: Default::default(),
             stats: Default::default(),
             tallies: Default::default(),
@@ -319,7 +365,9 @@ impl ClusterState {
     pub fn apply(&mut self, command: &Command) -> Response {
         self.to_wake.0.clear();
         self.tallies.clear();
-        self.apply_command(command)
+        let response = self.apply_command(command);
+        self.settle();
+        response
     }
 
     /// What the last [`apply`](Self::apply) did to deliveries'
@@ -355,13 +403,13 @@ impl ClusterState {
 
     /// How many dead deliveries `endpoint` has, from the dead index.
     pub fn dead_count_of(&self, endpoint: &EndpointId) -> usize {
-        self.dead.get(endpoint).map_or(0, DenseSet::len)
+        self.dead.get(endpoint).map_or(0, DenseSet::len) + self.history.dead_count_of(endpoint)
     }
 
     /// How many dead deliveries the state holds, deleted endpoints' too:
     /// one look per endpoint with any.
     pub fn dead_count(&self) -> usize {
-        self.dead.values().map(DenseSet::len).sum()
+        self.dead.values().map(DenseSet::len).sum::<usize>() + self.history.dead_count()
     }
 
     fn apply_command(&mut self, command: &Command) -> Response {
@@ -421,6 +469,7 @@ impl ClusterState {
     /// (`tallies()`). `None` when there is no such delivery.
     fn change_delivery<R>(&mut self, id: &DeliveryId, change: impl FnOnce(&mut Delivery) -> R) -> Option<R> {
         let delivery = Arc::make_mut(self.deliveries.get_mut(id)?);
+        self.touched.push(delivery.event_id);
         let before = delivery_bytes(delivery);
         let (state_before, entered_ms) = (delivery.state, tally::entered_state_at_ms(delivery));
         let result = change(delivery);
@@ -491,27 +540,6 @@ impl ClusterState {
         }
     }
 
-    /// The dead deliveries of `endpoint` with ids above `after` (all of
-    /// them without one), in id order, from the index: no other delivery
-    /// is looked at.
-    pub fn dead_of(&self, endpoint: &EndpointId, after: Option<&DeliveryId>) -> impl Iterator<Item = &DeliveryId> + '_ {
-        use std::ops::Bound;
-        let from = after.map_or(Bound::Unbounded, |id| Bound::Excluded(*id));
-        self.dead.get(endpoint).into_iter().flat_map(move |set| set.range((from, Bound::Unbounded)))
-    }
-
-    /// The dead deliveries of `endpoint` with ids below `before` (all of
-    /// them without one), newest first, from the index.
-    pub fn dead_of_newest_first(
-        &self,
-        endpoint: &EndpointId,
-        before: Option<&DeliveryId>,
-    ) -> impl Iterator<Item = &DeliveryId> + '_ {
-        use std::ops::Bound;
-        let to = before.map_or(Bound::Unbounded, |id| Bound::Excluded(*id));
-        self.dead.get(endpoint).into_iter().flat_map(move |set| set.range((Bound::Unbounded, to)).rev())
-    }
-
     /// Checks the invariants that tie the maps together; used by tests and the
     /// simulator after every apply.
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -532,6 +560,18 @@ impl ClusterState {
                 }
             }
         }
+        for (id, event) in &self.events {
+            if let Some(missing) = event.deliveries.iter().find(|d| !self.deliveries.contains_key(*d)) {
+                return Err(format!("{id}: its delivery {missing} is not in memory with it"));
+            }
+            if self.is_finished(event) {
+                return Err(format!("{id}: finished, but not moved into the history"));
+            }
+            if self.history.contains_event(id) {
+                return Err(format!("{id}: both in memory and in the history"));
+            }
+        }
+        self.history.check()?;
         let dead = dead_index(&self.deliveries);
         if dead != self.dead {
             return Err(format!(

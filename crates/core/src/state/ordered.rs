@@ -78,6 +78,14 @@ impl ClusterState {
                 *counted.entry(key).or_default() += 1;
             }
         }
+        // A finished ordered delivery keeps its number until it is pruned.
+        for event in self.history.events().filter(|e| e.ordering_key.is_some()) {
+            for delivery in event.deliveries.iter().filter_map(|d| self.history.delivery(d)) {
+                if let Some(key) = Self::numbered_key(&delivery, &event) {
+                    *counted.entry(key).or_default() += 1;
+                }
+            }
+        }
         counted
     }
 
@@ -229,16 +237,30 @@ impl ClusterState {
     pub(super) fn ordering_changed(&mut self, endpoint: &EndpointId, before: Ordering) {
         let after = self.endpoints.get(endpoint).map_or(Ordering::None, |e| e.ordering);
         match (before.on_dead(), after.on_dead()) {
-            (Some(_), None) => self.forget_ordered_endpoint(endpoint),
+            (Some(_), None) => {
+                self.forget_ordered_endpoint(endpoint);
+                self.touch_dead_of(endpoint);
+            }
             // No longer blocking: the dead heads that blocked let their keys go.
             // Each dead delivery is placed by the new rule: under `Skip` the
-            // dead heads let their keys go; under `Block` they block them.
+            // dead heads let their keys go; under `Block` they block them,
+            // the finished ones too, which come back from the history.
             (Some(from), Some(to)) if from != to => {
+                if to == OnDead::Block {
+                    let finished: Vec<DeliveryId> =
+                        self.history.dead_of(endpoint, (Bound::Unbounded, Bound::Unbounded), false).collect();
+                    for id in finished {
+                        if self.history.delivery(&id).is_some_and(|d| d.sequence != 0) {
+                            self.bring_back_delivery(&id);
+                        }
+                    }
+                }
                 let dead: Vec<DeliveryId> =
                     self.dead.get(endpoint).map(|d| d.iter().copied().collect()).unwrap_or_default();
                 for id in dead {
                     self.place_ordered(&id);
                 }
+                self.touch_dead_of(endpoint);
             }
             _ => {}
         }

@@ -39,6 +39,9 @@ impl ClusterState {
     }
 
     fn record_outcome(&mut self, node_id: NodeId, outcome: &Outcome, now_ms: u64) -> Verdict {
+        // Late, or twice: an outcome of a finished delivery is judged as
+        // it always was, on the record in memory (settled again after).
+        self.bring_back_delivery(&outcome.delivery_id);
         let Some(delivery) = self.deliveries.get(&outcome.delivery_id) else { return Verdict::Ignored };
         let endpoint_id = delivery.endpoint_id;
         // The fence: the outcome must come from the current grant of the

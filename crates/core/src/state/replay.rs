@@ -46,6 +46,7 @@ impl ClusterState {
     pub(super) fn replay(&mut self, target: &ReplayTarget, now_ms: u64) -> Response {
         match target {
             ReplayTarget::Delivery(id) => {
+                self.bring_back_delivery(id);
                 let Some(delivery) = self.deliveries.get(id) else {
                     return Response::NotFound { what: format!("delivery {id}") };
                 };
@@ -98,9 +99,9 @@ impl ClusterState {
                 return Step { chosen, next_after: None };
             };
             looked += 1;
-            last = Some(*id);
-            if self.deliveries.get(id).is_some_and(|d| window.contains(d.created_at_ms)) {
-                chosen.push(*id);
+            last = Some(id);
+            if self.delivery(&id).is_some_and(|d| window.contains(d.created_at_ms)) {
+                chosen.push(id);
             }
         }
         // Stopped at a bound: more may follow, unless the index ends here.
@@ -115,6 +116,7 @@ impl ClusterState {
         now_ms: u64,
     ) -> Vec<(DeliveryId, EndpointId)> {
         for id in chosen {
+            self.bring_back_delivery(id);
             self.requeue(id, endpoint_id, now_ms);
         }
         chosen.iter().map(|d| (*d, *endpoint_id)).collect()

@@ -24,6 +24,10 @@ impl ClusterState {
         if !item.payload.is_sealed() {
             return false;
         }
+        if !self.events.contains_key(&item.event_id) {
+            // A finished event is sealed again in memory and settled after.
+            self.bring_back(&item.event_id);
+        }
         let Some(event) = self.events.get_mut(&item.event_id) else { return false };
         let current = event.payload.key_id();
         if current != item.from_key_id.as_deref() {

@@ -65,11 +65,11 @@ impl ClusterState {
         }
     }
 
-    /// Retention takes `event` out: the entries it is the newest of go.
-    pub(super) fn forget_newest(&mut self, event: &Event) {
+    /// Retention takes `event` out, with its `deliveries`: the entries it
+    /// is the newest of go.
+    pub(super) fn forget_newest(&mut self, event: &Event, deliveries: &[Delivery]) {
         let Some(key) = event.inbound.as_deref().and_then(|inbound| inbound.entity_key.as_deref()) else { return };
-        for delivery_id in &event.deliveries {
-            let Some(delivery) = self.deliveries.get(delivery_id) else { continue };
+        for delivery in deliveries {
             let slot = (delivery.endpoint_id, Box::from(key));
             if self.inbound.newest.get(&slot).is_some_and(|newest| newest.event_id == event.id) {
                 self.inbound.newest.remove(&slot);

@@ -138,7 +138,8 @@ impl ClusterState {
     pub(super) fn counted_usage(&self) -> Usage {
         let pending = self.active.values().map(|set| set.len() as u64).sum();
         let bytes = self.events.values().map(|e| event_bytes(e)).sum::<u64>()
-            + self.deliveries.values().map(|d| delivery_bytes(d)).sum::<u64>();
+            + self.deliveries.values().map(|d| delivery_bytes(d)).sum::<u64>()
+            + self.history.bytes();
         Usage { pending, bytes }
     }
 

@@ -24,11 +24,11 @@ struct DeliveryAsStored {
 #[test]
 fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery() {
     let (mut state, _, id) = one_pending(11);
-    let pending = state.deliveries[&id].as_ref().clone();
+    let pending = state.delivery(&id).expect("stored").as_ref().clone();
     assert!(pending.history.is_empty(), "a pending delivery stores no timeline");
     let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
-    let retrying = state.deliveries[&id].as_ref().clone();
+    let retrying = state.delivery(&id).expect("stored").as_ref().clone();
     for d in [pending, retrying] {
         let stored = DeliveryAsStored {
             id: d.id,
@@ -55,7 +55,8 @@ fn a_delivery_encodes_with_its_received_entry_and_decodes_to_the_same_delivery()
 #[test]
 fn a_delivery_whose_timeline_lacks_its_received_entry_is_refused_on_decode() {
     let (state, _, id) = one_pending(12);
-    let mut encoded: serde_json::Value = serde_json::to_value(state.deliveries[&id].as_ref()).expect("encodes");
+    let mut encoded: serde_json::Value =
+        serde_json::to_value(state.delivery(&id).expect("stored").as_ref()).expect("encodes");
     encoded["timeline"] = serde_json::json!([]);
     let error = serde_json::from_value::<Delivery>(encoded).expect_err("refused");
     assert!(error.to_string().contains("must begin with its Received entry"), "{error}");

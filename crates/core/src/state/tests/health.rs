@@ -48,7 +48,7 @@ fn an_endpoint_failing_every_attempt_for_its_limit_is_disabled_and_its_pending_w
     let reason = endpoint.disabled_reason.clone().expect("a reason");
     assert!(reason.starts_with("every attempt failed for 1m (since 1970-01-01T00:00:10"), "{reason}");
     for delivery in &deliveries {
-        let record = &state.deliveries[delivery];
+        let record = state.delivery(delivery).expect("stored");
         assert_eq!(record.state, DeliveryState::Dead);
         assert!(matches!(record.history.last(), Some(TimelineEntry::Dead { reason: r, .. }) if r.contains(&reason)));
     }

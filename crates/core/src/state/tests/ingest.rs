@@ -76,8 +76,8 @@ fn explicit_targets_ignore_types_and_dead_letter_disabled_endpoints() {
     assert_eq!(deliveries.len(), 2, "duplicate targets collapse");
     for (id, endpoint) in &deliveries {
         let expected = if endpoint == &off.id { DeliveryState::Dead } else { DeliveryState::Pending };
-        assert_eq!(state.deliveries[id].state, expected);
-        assert_eq!(state.deliveries[id].initial_state, expected);
+        assert_eq!(state.delivery(id).expect("stored").state, expected);
+        assert_eq!(state.delivery(id).expect("stored").initial_state, expected);
     }
     state.check_invariants().unwrap();
 }

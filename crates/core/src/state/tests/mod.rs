@@ -9,6 +9,7 @@
 mod cluster;
 mod encoding;
 mod health;
+mod history;
 mod ingest;
 mod operational;
 mod ordered;
@@ -30,6 +31,7 @@ use crate::signing::Secret;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 const NODE: NodeId = 1;
 
@@ -86,8 +88,13 @@ fn created(response: Response) -> Vec<(DeliveryId, EndpointId)> {
     }
 }
 
+/// Every event's id, in memory and in the history, in id order.
+fn all_event_ids(state: &ClusterState) -> Vec<EventId> {
+    state.events_in((Bound::Unbounded, Bound::Unbounded), false).map(|e| e.id).collect()
+}
+
 fn outcome(state: &ClusterState, delivery: &DeliveryId, status: Option<u16>, decision: Decision) -> Outcome {
-    let endpoint = &state.deliveries[delivery].endpoint_id;
+    let endpoint = &state.delivery(delivery).expect("stored").endpoint_id.clone();
     Outcome {
         delivery_id: *delivery,
         shard: endpoint.shard(),
@@ -97,7 +104,7 @@ fn outcome(state: &ClusterState, delivery: &DeliveryId, status: Option<u16>, dec
             fencing_token: state.grant_for(endpoint).token,
             // Each attempt of a delivery starts at its own time (as the
             // actor's do), so its outcome is not taken for a repeat.
-            started_at_ms: 3_000 + u64::from(state.deliveries[delivery].attempt_count),
+            started_at_ms: 3_000 + u64::from(state.delivery(delivery).expect("stored").attempt_count),
             latency_ms: 5,
             status_code: status,
             error: None,

@@ -47,8 +47,12 @@ fn an_ordered_endpoint_numbers_each_keys_events_and_lets_only_the_head_go() {
         keyed(&mut rng, None),
     ];
     let created = ingest(&mut state, events);
-    let to = |endpoint: &Endpoint| -> Vec<&Delivery> {
-        created.iter().map(|id| &*state.deliveries[id]).filter(|d| d.endpoint_id == endpoint.id).collect()
+    let to = |endpoint: &Endpoint| -> Vec<Delivery> {
+        created
+            .iter()
+            .map(|id| state.delivery(id).expect("stored").into_owned())
+            .filter(|d| d.endpoint_id == endpoint.id)
+            .collect()
     };
     let sequences: Vec<u32> = to(&ordered).iter().map(|d| d.sequence).collect();
     assert_eq!(sequences, [1, 1, 2, 0], "per key from 1; a keyless event is not ordered");
@@ -56,13 +60,13 @@ fn an_ordered_endpoint_numbers_each_keys_events_and_lets_only_the_head_go() {
     let ordered_deliveries = to(&ordered);
     let allowed: Vec<bool> = ordered_deliveries.iter().map(|d| state.may_attempt(d)).collect();
     assert_eq!(allowed, [true, true, false, true], "the second of c1 waits for the first");
-    assert_eq!(state.ordering_key(ordered_deliveries[2]), Some("c1"));
+    assert_eq!(state.ordering_key(&ordered_deliveries[2]), Some("c1"));
     state.check_invariants().unwrap();
 
     let (first, second) = (ordered_deliveries[0].id, ordered_deliveries[2].id);
     settle(&mut state, &first, Decision::Delivered);
-    assert!(state.may_attempt(&state.deliveries[&second]));
-    assert_eq!(state.key_head(&state.deliveries[&first]), Some(second), "the next head to wake");
+    assert!(state.may_attempt(&state.delivery(&second).expect("stored")));
+    assert_eq!(state.key_head(&state.delivery(&first).expect("stored")), Some(second), "the next head to wake");
     state.check_invariants().unwrap();
 }
 
@@ -73,14 +77,17 @@ fn a_dead_head_blocks_its_key_until_skipped_and_the_skip_is_on_its_timeline() {
     let mut state = state_with(std::slice::from_ref(&e));
     let ids = ingest(&mut state, vec![keyed(&mut rng, Some("k")), keyed(&mut rng, Some("k"))]);
     settle(&mut state, &ids[0], dead());
-    assert!(!state.may_attempt(&state.deliveries[&ids[1]]), "blocked");
+    assert!(!state.may_attempt(&state.delivery(&ids[1]).expect("stored")), "blocked");
     assert_eq!(state.blocked_keys(&e.id, None, 100), (vec![("k".into(), 1, ids[0])], None));
     let skip = |state: &mut ClusterState| {
         state.apply(&Command::SkipBlocked { endpoint_id: e.id, ordering_key: "k".into(), now_ms: 8_000 })
     };
     assert_eq!(skip(&mut state), Response::SkippedBlocked { skipped: ids[0], next: Some(ids[1]) });
-    assert!(state.may_attempt(&state.deliveries[&ids[1]]));
-    assert!(matches!(state.deliveries[&ids[0]].history.last(), Some(TimelineEntry::Skipped { at_ms: 8_000 })));
+    assert!(state.may_attempt(&state.delivery(&ids[1]).expect("stored")));
+    assert!(matches!(
+        state.delivery(&ids[0]).expect("stored").history.last(),
+        Some(TimelineEntry::Skipped { at_ms: 8_000 })
+    ));
     assert!(matches!(skip(&mut state), Response::Conflict { .. }), "nothing blocks now");
     state.check_invariants().unwrap();
 }
@@ -93,8 +100,8 @@ fn replaying_the_dead_head_resumes_its_key_in_order() {
     let ids = ingest(&mut state, vec![keyed(&mut rng, Some("k")), keyed(&mut rng, Some("k"))]);
     settle(&mut state, &ids[0], dead());
     state.apply(&Command::Replay { now_ms: 9_000, target: ReplayTarget::Delivery(ids[0]) });
-    assert!(state.may_attempt(&state.deliveries[&ids[0]]), "the replayed head goes first");
-    assert!(!state.may_attempt(&state.deliveries[&ids[1]]));
+    assert!(state.may_attempt(&state.delivery(&ids[0]).expect("stored")), "the replayed head goes first");
+    assert!(!state.may_attempt(&state.delivery(&ids[1]).expect("stored")));
     state.check_invariants().unwrap();
 }
 
@@ -105,16 +112,16 @@ fn under_skip_a_dead_head_lets_the_key_go_on() {
     let mut state = state_with(std::slice::from_ref(&e));
     let ids = ingest(&mut state, vec![keyed(&mut rng, Some("k")), keyed(&mut rng, Some("k"))]);
     settle(&mut state, &ids[0], dead());
-    assert!(state.may_attempt(&state.deliveries[&ids[1]]));
+    assert!(state.may_attempt(&state.delivery(&ids[1]).expect("stored")));
     assert_eq!(state.blocked_keys(&e.id, None, 100).0.len(), 0);
     // Switching the rule to Block makes the dead one block again.
     let ordering = Ordering::PerKey { on_dead: OnDead::Block };
     state.apply(&Command::SetOrdering { id: e.id, ordering, now_ms: 9 });
-    assert!(!state.may_attempt(&state.deliveries[&ids[1]]));
+    assert!(!state.may_attempt(&state.delivery(&ids[1]).expect("stored")));
     state.check_invariants().unwrap();
     // Turning ordering off lets everything go, and forgets the key.
     state.apply(&Command::SetOrdering { id: e.id, ordering: Ordering::None, now_ms: 10 });
-    assert!(state.may_attempt(&state.deliveries[&ids[1]]));
+    assert!(state.may_attempt(&state.delivery(&ids[1]).expect("stored")));
     state.check_invariants().unwrap();
 }
 
@@ -134,7 +141,7 @@ fn a_delivery_created_dead_for_a_disabled_endpoint_blocks_or_passes_by_the_rule(
             event.endpoint_ids = Some(vec![e.id]);
         }
         let ids = ingest(&mut state, events);
-        assert!(ids.iter().all(|id| state.deliveries[id].state == DeliveryState::Dead));
+        assert!(ids.iter().all(|id| state.delivery(id).expect("stored").state == DeliveryState::Dead));
         state.check_invariants().unwrap();
         let blocked = state.blocked_keys(&e.id, None, 100).0;
         match on_dead {
@@ -162,7 +169,7 @@ fn retention_keeps_a_dead_delivery_that_blocks_its_key_until_it_is_skipped() {
     state.check_invariants().unwrap();
     state.apply(&Command::SkipBlocked { endpoint_id: e.id, ordering_key: "k".into(), now_ms: 8_000 });
     assert_eq!(prune(&mut state), Response::Pruned { events: 1, deliveries: 1 }, "skipped, it is over");
-    assert!(state.may_attempt(&state.deliveries[&ids[1]]));
+    assert!(state.may_attempt(&state.delivery(&ids[1]).expect("stored")));
     state.check_invariants().unwrap();
 }
 
@@ -182,7 +189,7 @@ fn a_key_is_forgotten_only_with_the_last_of_its_deliveries() {
         |rng: &mut StdRng, targets: Vec<EndpointId>| NewEvent { endpoint_ids: Some(targets), ..keyed(rng, Some("k")) };
     let ids = ingest(&mut state, vec![to(&mut rng, vec![e.id, other.id]), to(&mut rng, vec![e.id])]);
     let (to_e, to_other): (Vec<DeliveryId>, Vec<DeliveryId>) =
-        ids.iter().partition(|id| state.deliveries[*id].endpoint_id == e.id);
+        ids.iter().partition(|id| state.delivery(*id).expect("stored").endpoint_id == e.id);
     let prune = |state: &mut ClusterState| {
         state.apply(&Command::Prune { now_ms: u64::MAX / 2, before_ms: u64::MAX / 4, max_events: 10 })
     };
@@ -191,13 +198,13 @@ fn a_key_is_forgotten_only_with_the_last_of_its_deliveries() {
     // #2 goes; #1 stays with its event, which waits on the other endpoint.
     assert_eq!(prune(&mut state), Response::Pruned { events: 1, deliveries: 1 });
     let third = ingest(&mut state, vec![to(&mut rng, vec![e.id])]);
-    assert_eq!(state.deliveries[&third[0]].sequence, 3, "the key goes on while #1 is held");
+    assert_eq!(state.delivery(&third[0]).expect("stored").sequence, 3, "the key goes on while #1 is held");
     state.check_invariants().unwrap();
     settle(&mut state, &to_other[0], Decision::Delivered);
     settle(&mut state, &third[0], Decision::Delivered);
     assert_eq!(prune(&mut state), Response::Pruned { events: 2, deliveries: 3 });
     let fourth = ingest(&mut state, vec![to(&mut rng, vec![e.id])]);
-    assert_eq!(state.deliveries[&fourth[0]].sequence, 1, "nothing of the key is left: it starts again");
+    assert_eq!(state.delivery(&fourth[0]).expect("stored").sequence, 1, "nothing of the key is left: it starts again");
     state.check_invariants().unwrap();
     assert_eq!(decoded(&state), state);
 }
@@ -225,7 +232,10 @@ fn listing_blocked_keys_walks_one_endpoint_in_bounded_steps() {
     let keys = ["a", "b", "c", "d", "e"];
     let ids = ingest(&mut state, keys.iter().map(|k| keyed(&mut rng, Some(k))).collect());
     let of = |endpoint: &Endpoint| {
-        ids.iter().copied().filter(|id| state.deliveries[id].endpoint_id == endpoint.id).collect::<Vec<_>>()
+        ids.iter()
+            .copied()
+            .filter(|id| state.delivery(id).expect("stored").endpoint_id == endpoint.id)
+            .collect::<Vec<_>>()
     };
     let (mine, theirs) = (of(&e), of(&other));
     for id in [mine[0], mine[2], mine[3], theirs[1]] {
@@ -258,5 +268,5 @@ fn a_keys_new_head_is_handed_to_the_node_even_when_the_settled_one_is_pruned_in_
     state.apply(&entry);
     assert!(!state.deliveries.contains_key(&first), "pruned in the same entry");
     assert_eq!(state.to_wake(), &[(second, ordered.id)], "the next of the key is woken");
-    assert!(state.may_attempt(&state.deliveries[&second]));
+    assert!(state.may_attempt(&state.delivery(&second).expect("stored")));
 }

@@ -10,12 +10,12 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
     for _ in 0..2 {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
-        assert_eq!(state.deliveries[&id].state, DeliveryState::Retrying);
-        assert_eq!(state.deliveries[&id].next_attempt_at_ms.get(), Some(9_000));
+        assert_eq!(state.delivery(&id).expect("stored").state, DeliveryState::Retrying);
+        assert_eq!(state.delivery(&id).expect("stored").next_attempt_at_ms.get(), Some(9_000));
     }
     let o = outcome(&state, &id, Some(200), Decision::Delivered);
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 7, outcomes: vec![o] });
-    let d = &state.deliveries[&id];
+    let d = state.delivery(&id).expect("stored");
     assert_eq!(d.state, DeliveryState::Delivered);
     assert_eq!(d.attempt_count, 3);
     let kinds: Vec<_> = d.timeline().iter().map(std::mem::discriminant).collect();
@@ -31,7 +31,7 @@ fn a_retry_records_the_rule_that_chose_its_wait_and_an_old_log_retry_records_non
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
     let o = outcome(&state, &id, Some(503), Decision::LegacyRetry { at_ms: 12_000 });
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 10_000, outcomes: vec![o] });
-    let d = &state.deliveries[&id];
+    let d = state.delivery(&id).expect("stored");
     assert_eq!((d.state, d.next_attempt_at_ms.get()), (DeliveryState::Retrying, Some(12_000)));
     let retries: Vec<_> = d
         .timeline()
@@ -47,7 +47,7 @@ fn a_retry_records_the_rule_that_chose_its_wait_and_an_old_log_retry_records_non
     );
     // Both encode by position and come back as they were.
     let back = decoded(&state);
-    assert_eq!(back.deliveries[&id], state.deliveries[&id]);
+    assert_eq!(back.delivery(&id), state.delivery(&id));
     state.check_invariants().unwrap();
 }
 
@@ -95,8 +95,8 @@ fn outcome_with_a_stale_token_or_wrong_node_is_rejected_and_counted() {
     let response = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 9, outcomes: vec![wrong_node] });
     assert_eq!(response, Response::OutcomesApplied { applied: 0, stale: 1, ignored: 0 });
     assert_eq!(state.outcomes_rejected_stale, 2);
-    assert_eq!(state.deliveries[&id].state, DeliveryState::Pending);
-    assert_eq!(state.deliveries[&id].timeline().len(), 1, "a stale outcome writes nothing");
+    assert_eq!(state.delivery(&id).expect("stored").state, DeliveryState::Pending);
+    assert_eq!(state.delivery(&id).expect("stored").timeline().len(), 1, "a stale outcome writes nothing");
 }
 
 #[test]
@@ -118,8 +118,8 @@ fn gone_disables_the_endpoint_and_dead_letters_its_queue() {
     let enable = EndpointPatch { disabled: Some(false), ..Default::default() };
     state.apply(&Command::UpdateEndpoint { id: a.id, patch: enable, now_ms: 8 });
     assert!(matches!(state.apply(&replay), Response::Replayed { .. }));
-    assert_eq!(state.deliveries[&first].state, DeliveryState::Pending);
-    assert_eq!(state.deliveries[&first].cycle_attempts, 0);
+    assert_eq!(state.delivery(&first).expect("stored").state, DeliveryState::Pending);
+    assert_eq!(state.delivery(&first).expect("stored").cycle_attempts, 0);
     state.check_invariants().unwrap();
 }
 
@@ -130,7 +130,7 @@ fn timeline_stays_bounded_and_keeps_received_first() {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: i, rule: RetryRule::Backoff });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: i, outcomes: vec![o] });
     }
-    let timeline = state.deliveries[&id].timeline();
+    let timeline = state.delivery(&id).expect("stored").timeline();
     assert_eq!(timeline.len(), crate::model::TIMELINE_ENTRIES_MAX);
     assert!(matches!(timeline[0], TimelineEntry::Received { .. }));
     let TimelineEntry::Truncated { dropped, .. } = timeline[1] else { panic!("expected a truncation marker") };
@@ -155,7 +155,7 @@ fn an_outcome_batch_committed_twice_counts_each_attempt_once() {
         let again = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 8, outcomes: batch });
         assert_eq!(again, Response::OutcomesApplied { applied: 0, stale: 0, ignored: 1 }, "{decision:?}");
         assert_eq!(state, after_first, "the repeat changed nothing ({decision:?})");
-        assert_eq!(state.deliveries[&id].attempt_count, 1);
+        assert_eq!(state.delivery(&id).expect("stored").attempt_count, 1);
     }
 }
 
@@ -165,8 +165,8 @@ fn a_second_attempt_with_the_same_result_is_counted() {
     for expected in 1..=3 {
         let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 9_000, rule: RetryRule::Backoff });
         state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
-        assert_eq!(state.deliveries[&id].attempt_count, expected);
-        assert_eq!(state.deliveries[&id].cycle_attempts, expected);
+        assert_eq!(state.delivery(&id).expect("stored").attempt_count, expected);
+        assert_eq!(state.delivery(&id).expect("stored").cycle_attempts, expected);
     }
 }
 
@@ -177,7 +177,7 @@ fn a_deferred_attempt_is_on_the_timeline_but_spends_none_of_the_cycle() {
     not_sent.attempt.error = Some("payload: key k2 is not in this node's keyring".into());
     let response = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 7_000, outcomes: vec![not_sent] });
     assert_eq!(response, Response::OutcomesApplied { applied: 1, stale: 0, ignored: 0 });
-    let delivery = &state.deliveries[&id];
+    let delivery = state.delivery(&id).expect("stored");
     assert_eq!((delivery.state, delivery.attempt_count, delivery.cycle_attempts), (DeliveryState::Retrying, 1, 0));
     assert_eq!(delivery.next_attempt_at_ms.get(), Some(9_000));
     let timeline = delivery.timeline();

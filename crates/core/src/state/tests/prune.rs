@@ -43,12 +43,13 @@ fn prune_forgets_old_events_whose_deliveries_are_over_and_keeps_the_rest() {
     assert_eq!(retired.deliveries.len(), 2);
     assert!(state.take_retired().is_empty());
     for gone in [&delivered, &dead] {
-        assert!(!state.events.contains_key(gone));
+        assert!(!state.has_event(gone));
     }
-    assert!(!state.deliveries.contains_key(&d1) && !state.deliveries.contains_key(&d3));
-    // A delivery still to be sent keeps its event however old; a recent one stays.
+    assert!(state.delivery(&d1).is_none() && state.delivery(&d3).is_none());
+    // A delivery still to be sent keeps its event however old, in memory;
+    // a recent one stays, in the history.
     assert!(state.events.contains_key(&pending) && state.deliveries.contains_key(&d2));
-    assert!(state.events.contains_key(&recent) && state.deliveries.contains_key(&d4));
+    assert!(state.history().contains_event(&recent) && state.history().contains_delivery(&d4));
     assert!(state.active[&a.id].contains(&d2));
     // The pruned event's key is free again; the kept one's is not.
     assert!(!state.idempotency.contains_key("k1"));
@@ -79,7 +80,7 @@ fn prune_removes_at_most_max_events_oldest_first() {
     }
     let pruned = state.apply(&Command::Prune { now_ms: 9_000, before_ms: 5_000, max_events: 2 });
     assert_eq!(pruned, Response::Pruned { events: 2, deliveries: 2 });
-    assert_eq!(state.events.keys().copied().collect::<Vec<_>>(), events[2..]);
+    assert_eq!(all_event_ids(&state), events[2..]);
     assert_eq!(state.prunable(5_000, 10).collect::<Vec<_>>(), events[2..]);
     // Only events received before the bound go.
     assert_eq!(state.prunable(1_300, 10).collect::<Vec<_>>(), events[2..3]);
@@ -116,6 +117,6 @@ fn prune_applies_the_same_on_every_replica() {
     }
     first.apply(log.last().unwrap());
     assert_eq!(first, second);
-    assert_eq!(first.events.len(), 13);
+    assert_eq!(first.event_count(), 13);
     first.check_invariants().unwrap();
 }

@@ -74,7 +74,7 @@ fn step(
 #[test]
 fn one_bulk_replay_entry_requeues_at_most_the_bound_and_the_cursor_walks_the_rest_in_id_order() {
     let (mut state, a) = dead_backlog(21, &[1_300]);
-    let dead: Vec<DeliveryId> = state.dead_of(&a.id, None).copied().collect();
+    let dead: Vec<DeliveryId> = state.dead_of(&a.id, None).collect();
     assert_eq!(dead.len(), 1_300);
     let mut after = None;
     let mut replayed = Vec::new();
@@ -105,10 +105,10 @@ fn a_bulk_replay_entry_looks_at_a_bounded_number_of_dead_deliveries_outside_its_
     let (chosen, next) = step(&mut state, &a, Some(200), None, 10);
     assert!(chosen.is_empty(), "none of the first {scan} is in the window");
     let cursor = next.expect("more to look at");
-    assert_eq!(state.dead_of(&a.id, None).position(|id| *id == cursor), Some(scan - 1));
+    assert_eq!(state.dead_of(&a.id, None).position(|id| id == cursor), Some(scan - 1));
     let (chosen, next) = step(&mut state, &a, Some(200), Some(cursor), 10);
     assert_eq!(chosen.len(), 1);
-    assert_eq!(state.deliveries[&chosen[0]].created_at_ms, 200);
+    assert_eq!(state.delivery(&chosen[0]).expect("stored").created_at_ms, 200);
     assert_eq!(next, None);
     assert_eq!(state.dead_of(&a.id, None).count(), scan + 10, "those outside the window stay dead");
 }
@@ -140,9 +140,9 @@ mod dead_index {
     /// Every dead delivery of each endpoint, by looking at each delivery.
     fn scanned(state: &ClusterState) -> BTreeMap<EndpointId, Vec<DeliveryId>> {
         let mut dead: BTreeMap<EndpointId, Vec<DeliveryId>> = BTreeMap::new();
-        for (id, d) in &state.deliveries {
+        for d in state.deliveries_in((Bound::Unbounded, Bound::Unbounded), false) {
             if d.state == DeliveryState::Dead {
-                dead.entry(d.endpoint_id).or_default().push(*id);
+                dead.entry(d.endpoint_id).or_default().push(d.id);
             }
         }
         dead
@@ -150,10 +150,10 @@ mod dead_index {
 
     fn indexed(state: &ClusterState) -> BTreeMap<EndpointId, Vec<DeliveryId>> {
         let mut endpoints: BTreeSet<EndpointId> = state.endpoints.keys().copied().collect();
-        endpoints.extend(state.deliveries.values().map(|d| d.endpoint_id));
+        endpoints.extend(state.deliveries_in((Bound::Unbounded, Bound::Unbounded), false).map(|d| d.endpoint_id));
         endpoints
             .into_iter()
-            .map(|e| (e, state.dead_of(&e, None).copied().collect::<Vec<_>>()))
+            .map(|e| (e, state.dead_of(&e, None).collect::<Vec<_>>()))
             .filter(|(_, ids)| !ids.is_empty())
             .collect()
     }
@@ -194,7 +194,7 @@ mod dead_index {
                 let target = if rng.random_bool(0.5) {
                     ReplayTarget::Delivery(pick(rng, &deliveries).unwrap())
                 } else {
-                    let endpoint_id = state.deliveries[&pick(rng, &deliveries).unwrap()].endpoint_id;
+                    let endpoint_id = state.delivery(&pick(rng, &deliveries).unwrap()).expect("stored").endpoint_id;
                     let after = rng.random_bool(0.5).then(|| pick(rng, &deliveries).unwrap());
                     let since_ms = rng.random_bool(0.3).then(|| rng.random_range(0..now_ms));
                     ReplayTarget::EndpointDeadAfter {

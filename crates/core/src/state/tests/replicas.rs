@@ -113,5 +113,6 @@ fn a_batch_applies_its_commands_in_order_and_answers_each() {
     let expected: Vec<Response> = commands.iter().map(|c| one_by_one.apply(c)).collect();
     assert_eq!(batched.apply(&Command::Batch(commands)), Response::Batch(expected));
     assert_eq!(batched, one_by_one);
-    assert!(matches!(batched.deliveries.values().next().map(|d| d.state), Some(DeliveryState::Dead)));
+    let all = batched.deliveries_in((Bound::Unbounded, Bound::Unbounded), false);
+    assert!(matches!(all.map(|d| d.state).collect::<Vec<_>>()[..], [DeliveryState::Dead]));
 }

@@ -29,9 +29,9 @@ fn rewrap(state: &mut ClusterState, id: EventId, from: Option<&str>, payload: Pa
 #[test]
 fn events_record_the_node_that_accepted_them() {
     let (state, id) = one_event("{}".into());
-    assert_eq!(state.events[&id].received_by, Some(2));
+    assert_eq!(state.event(&id).expect("stored").received_by, Some(2));
     let (state, _, delivery) = one_pending(1);
-    let event = &state.events[&state.deliveries[&delivery].event_id];
+    let event = state.event(&state.delivery(&delivery).expect("stored").event_id).expect("stored");
     assert_eq!(event.received_by, None, "IngestEvents, as earlier logs hold it, names no node");
 }
 
@@ -42,16 +42,16 @@ fn a_rewrap_replaces_the_payload_read_and_remembers_the_first_key() {
         rewrap(&mut state, id, Some("k1"), sealed("k2", 2), 50),
         Response::Rewrapped { rewrapped: 1, skipped: 0 }
     );
-    assert_eq!(state.events[&id].payload, sealed("k2", 2));
+    assert_eq!(state.event(&id).expect("stored").payload, sealed("k2", 2));
     let first = Some(Box::new(Rewrapped { at_ms: 50, first_key_id: Some("k1".into()) }));
-    assert_eq!(state.events[&id].rewrapped, first);
+    assert_eq!(state.event(&id).expect("stored").rewrapped, first);
     // A second rotation keeps the first key and moves the time.
     assert_eq!(
         rewrap(&mut state, id, Some("k2"), sealed("k3", 3), 60),
         Response::Rewrapped { rewrapped: 1, skipped: 0 }
     );
     let second = Some(Box::new(Rewrapped { at_ms: 60, first_key_id: Some("k1".into()) }));
-    assert_eq!(state.events[&id].rewrapped, second);
+    assert_eq!(state.event(&id).expect("stored").rewrapped, second);
     state.check_invariants().expect("usage counted");
 }
 
@@ -60,7 +60,7 @@ fn a_clear_payload_can_be_sealed_but_a_sealed_one_never_made_clear() {
     let (mut state, id) = one_event("{\"card\":1}".into());
     assert_eq!(rewrap(&mut state, id, None, "{}".into(), 50), Response::Rewrapped { rewrapped: 0, skipped: 1 });
     assert_eq!(rewrap(&mut state, id, None, sealed("k1", 1), 50), Response::Rewrapped { rewrapped: 1, skipped: 0 });
-    assert_eq!(state.events[&id].rewrapped.as_ref().map(|r| r.first_key_id.clone()), Some(None));
+    assert_eq!(state.event(&id).expect("stored").rewrapped.as_ref().map(|r| r.first_key_id.clone()), Some(None));
 }
 
 #[test]
@@ -72,7 +72,7 @@ fn a_payload_changed_since_it_was_read_or_a_gone_event_is_skipped() {
         rewrap(&mut state, id, Some("k1"), sealed("k2", 9), 51),
         Response::Rewrapped { rewrapped: 0, skipped: 1 }
     );
-    assert_eq!(state.events[&id].payload, sealed("k2", 2), "the first rewrap stands");
+    assert_eq!(state.event(&id).expect("stored").payload, sealed("k2", 2), "the first rewrap stands");
     let mut rng = StdRng::seed_from_u64(99);
     let ghost = EventId::generate(1, &mut rng);
     assert_eq!(rewrap(&mut state, ghost, None, sealed("k2", 2), 52), Response::Rewrapped { rewrapped: 0, skipped: 1 });

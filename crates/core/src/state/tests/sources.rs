@@ -89,20 +89,20 @@ fn an_older_version_after_a_newer_was_delivered_ends_ignored_stale_until_replaye
     let (older, _) = ingest_one(&mut state, inbound(&mut rng, &src, "d-1", "cus_1", 1))[0];
     let (newer, _) = ingest_one(&mut state, inbound(&mut rng, &src, "d-2", "cus_1", 2))[0];
     let (other_key, _) = ingest_one(&mut state, inbound(&mut rng, &src, "d-3", "cus_2", 0))[0];
-    let newer_event = state.deliveries[&newer].event_id;
-    assert_eq!(state.stale_newer(&state.deliveries[&older]), None, "nothing delivered yet");
+    let newer_event = state.delivery(&newer).expect("stored").event_id;
+    assert_eq!(state.stale_newer(&state.delivery(&older).expect("stored")), None, "nothing delivered yet");
 
     let delivered = outcome(&state, &newer, Some(200), Decision::Delivered);
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 10, outcomes: vec![delivered] });
-    assert_eq!(state.stale_newer(&state.deliveries[&older]), Some(newer_event));
-    assert_eq!(state.stale_newer(&state.deliveries[&other_key]), None, "another key is not affected");
+    assert_eq!(state.stale_newer(&state.delivery(&older).expect("stored")), Some(newer_event));
+    assert_eq!(state.stale_newer(&state.delivery(&other_key).expect("stored")), None, "another key is not affected");
 
     let ignored = Outcome {
         decision: Decision::IgnoredStale { newer: newer_event },
         ..outcome(&state, &older, None, Decision::Delivered)
     };
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 11, outcomes: vec![ignored.clone()] });
-    let record = &state.deliveries[&older];
+    let record = state.delivery(&older).expect("stored");
     assert_eq!((record.state, record.attempt_count), (DeliveryState::IgnoredStale, 0), "nothing was sent");
     assert!(matches!(record.history.last(), Some(TimelineEntry::IgnoredStale { newer, .. }) if **newer == newer_event));
     assert!(!state.active.values().any(|set| set.contains(&older)), "terminal: off the endpoint's queue");
@@ -110,8 +110,8 @@ fn an_older_version_after_a_newer_was_delivered_ends_ignored_stale_until_replaye
     assert_eq!(again, Response::OutcomesApplied { applied: 0, stale: 0, ignored: 1 });
 
     state.apply(&Command::Replay { now_ms: 20, target: ReplayTarget::Delivery(older) });
-    assert_eq!(state.deliveries[&older].state, DeliveryState::Pending);
-    assert_eq!(state.stale_newer(&state.deliveries[&older]), None, "replayed on purpose: it is sent");
+    assert_eq!(state.delivery(&older).expect("stored").state, DeliveryState::Pending);
+    assert_eq!(state.stale_newer(&state.delivery(&older).expect("stored")), None, "replayed on purpose: it is sent");
     assert_eq!(decoded(&state), state, "the guard's versions survive a snapshot");
 }
 
@@ -127,7 +127,7 @@ fn a_stale_report_from_a_stale_owner_is_refused() {
     ignored.token += 1;
     let answer = state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 11, outcomes: vec![ignored] });
     assert_eq!(answer, Response::OutcomesApplied { applied: 0, stale: 1, ignored: 0 });
-    assert_eq!(state.deliveries[&older].state, DeliveryState::Pending);
+    assert_eq!(state.delivery(&older).expect("stored").state, DeliveryState::Pending);
 }
 
 #[test]
@@ -151,5 +151,5 @@ fn retention_forgets_a_keys_newest_version_with_its_event() {
     state.apply(&Command::Prune { now_ms: 100, before_ms: 50, max_events: 10 });
     assert!(state.inbound.newest.is_empty(), "the key costs nothing once its events are gone");
     let (late, _) = ingest_one(&mut state, inbound(&mut rng, &src, "d-0", "cus_1", 1))[0];
-    assert_eq!(state.stale_newer(&state.deliveries[&late]), None);
+    assert_eq!(state.stale_newer(&state.delivery(&late).expect("stored")), None);
 }
