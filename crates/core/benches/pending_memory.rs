@@ -3,7 +3,8 @@
 //! idempotency keys, each making one pending delivery, then each part of
 //! the state dropped in turn to see what it held. (The node also keeps, per
 //! pending delivery, its actor's queue entry; the backlog benchmark's RSS
-//! figure covers everything.)
+//! figure covers everything.) Then the same events delivered, each once,
+//! to see what a finished one holds in the history (design note 61).
 //!
 //! Run: `cargo bench -p hookraft-core --bench pending_memory`
 
@@ -19,7 +20,7 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 // Shared with `hot_paths`, which uses the outcome fixtures this one does not.
 #[allow(dead_code)]
 mod fixtures;
-use fixtures::{ENDPOINTS, NODE, NOW_MS, PAYLOAD_BYTES, endpoint, new_event};
+use fixtures::{ENDPOINTS, NODE, NOW_MS, PAYLOAD_BYTES, delivered, endpoint, new_event};
 
 #[global_allocator]
 static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -34,6 +35,13 @@ fn live() -> isize {
 }
 
 fn main() {
+    pending();
+    finished();
+}
+
+/// A state with the fixtures' endpoints and `EVENTS` events, one pending
+/// delivery each.
+fn ingested() -> ClusterState {
     let mut rng = StdRng::seed_from_u64(7);
     let mut state = ClusterState::default();
     let grants = (0..SHARD_COUNT).map(|shard| (shard, NODE)).collect();
@@ -46,6 +54,11 @@ fn main() {
         let events = (start..start + BATCH).map(|n| new_event(&mut rng, n, now_ms)).collect();
         state.apply(&Command::IngestEvents { now_ms, events });
     }
+    state
+}
+
+fn pending() {
+    let mut state = ingested();
     assert_eq!(state.deliveries.len(), EVENTS, "one delivery per event");
     let per = |bytes: isize| bytes as f64 / EVENTS as f64;
     println!("pending deliveries: {EVENTS}, payload {PAYLOAD_BYTES} bytes each");
@@ -78,5 +91,33 @@ fn main() {
         size_of::<Event>(),
         size_of::<TimelineEntry>(),
         size_of::<DeliveryId>()
+    );
+}
+
+/// What a finished event and its delivery hold once the history keeps
+/// them: the live bytes after every delivery is delivered, against the
+/// same state before (the maps' own slack included).
+fn finished() {
+    let base = live();
+    let mut state = ingested();
+    let pending = live() - base;
+    let ids: Vec<DeliveryId> = state.deliveries.keys().copied().collect();
+    for chunk in ids.chunks(BATCH) {
+        let outcomes = chunk.iter().map(|id| delivered(&state, id, NOW_MS + 1)).collect();
+        state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: NOW_MS + 1, outcomes });
+    }
+    assert!(state.deliveries.is_empty() && state.history().delivery_count() == EVENTS, "all finished");
+    drop(ids);
+    let encoded = state.history().bytes() as isize;
+    let at_finish = live();
+    drop(state);
+    let finished = at_finish - live();
+    let per = |bytes: isize| bytes as f64 / EVENTS as f64;
+    println!("finished deliveries: {EVENTS}, each with its attempt and delivery on its timeline");
+    println!(
+        "held by the whole state: {:.0} bytes per finished delivery (its records encoded: {:.0}), {:.0} while pending",
+        per(finished),
+        per(encoded),
+        per(pending)
     );
 }

@@ -29,7 +29,7 @@ fn a_finished_event_leaves_memory_for_the_history_and_reads_the_same() {
     assert_eq!((state.event_count(), state.delivery_count()), (1, 1));
     assert_eq!(state.usage().pending, 0);
     assert_eq!(state.usage().bytes, state.history().bytes(), "only the encoded records are retained");
-    assert!(state.active.get(&a.id).is_none());
+    assert!(!state.active.contains_key(&a.id));
     state.check_invariants().unwrap();
     // A replica decoding a snapshot holds the same history.
     assert_eq!(decoded(&state), state);

@@ -189,7 +189,7 @@ fn a_key_is_forgotten_only_with_the_last_of_its_deliveries() {
         |rng: &mut StdRng, targets: Vec<EndpointId>| NewEvent { endpoint_ids: Some(targets), ..keyed(rng, Some("k")) };
     let ids = ingest(&mut state, vec![to(&mut rng, vec![e.id, other.id]), to(&mut rng, vec![e.id])]);
     let (to_e, to_other): (Vec<DeliveryId>, Vec<DeliveryId>) =
-        ids.iter().partition(|id| state.delivery(*id).expect("stored").endpoint_id == e.id);
+        ids.iter().partition(|id| state.delivery(id).expect("stored").endpoint_id == e.id);
     let prune = |state: &mut ClusterState| {
         state.apply(&Command::Prune { now_ms: u64::MAX / 2, before_ms: u64::MAX / 4, max_events: 10 })
     };
