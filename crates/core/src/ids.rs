@@ -191,6 +191,17 @@ macro_rules! prefixed_id {
                 self.0.value()
             }
 
+            /// The id's 16 bytes, big-endian: as keys of a store, they sort
+            /// as the ids do.
+            pub fn to_bytes(&self) -> [u8; 16] {
+                self.ulid().to_be_bytes()
+            }
+
+            /// The id whose [`to_bytes`](Self::to_bytes) are `bytes`.
+            pub fn from_bytes(bytes: [u8; 16]) -> Self {
+                Self::from_ulid(u128::from_be_bytes(bytes))
+            }
+
             /// Milliseconds since the epoch at which the id was created.
             pub fn created_at_ms(&self) -> u64 {
                 (self.ulid() >> 80) as u64
@@ -298,6 +309,19 @@ mod tests {
         assert_eq!(id.as_str().len(), 4 + 26);
         assert_eq!(EventId::parse(&id.as_str()).unwrap(), id);
         assert_eq!(id.created_at_ms(), 1_700_000_000_123);
+    }
+
+    #[test]
+    fn ids_as_bytes_round_trip_and_sort_as_the_ids_do() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        let mut ids: Vec<DeliveryId> = (0..200).map(|n| DeliveryId::generate(n % 7, &mut rng)).collect();
+        for id in &ids {
+            assert_eq!(DeliveryId::from_bytes(id.to_bytes()), *id);
+        }
+        let mut by_bytes = ids.clone();
+        by_bytes.sort_by_key(DeliveryId::to_bytes);
+        ids.sort();
+        assert_eq!(by_bytes, ids);
     }
 
     #[test]

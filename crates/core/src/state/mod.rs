@@ -12,6 +12,7 @@ mod endpoints;
 mod fanout;
 mod health;
 mod history;
+pub mod history_store;
 mod ingest;
 mod operational;
 mod ordered;
