@@ -317,10 +317,16 @@ fn settled(cluster: &Cluster, workload: &Workload, pruned: &check::pruned::Prune
     cluster
         .with_state(leader, |state, _| {
             ledger.acked.values().flatten().all(|(delivery, _)| {
-                hookraft_core::ids::DeliveryId::parse(delivery)
-                    .ok()
-                    .and_then(|id| pruned.kept_or_pruned(state, &id))
-                    .is_some_and(|d| d.state.is_terminal())
+                let Ok(id) = hookraft_core::ids::DeliveryId::parse(delivery) else { return false };
+                // The history holds only finished deliveries: no need to
+                // decode one to know it is over.
+                match state.deliveries.get(&id) {
+                    Some(at_work) => at_work.state.is_terminal(),
+                    None => {
+                        state.history().contains_delivery(&id)
+                            || pruned.delivery(&id).is_some_and(|d| d.state.is_terminal())
+                    }
+                }
             }) && check::inbound::settled(&ledger, state)
         })
         .unwrap_or(false)

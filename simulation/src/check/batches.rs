@@ -22,7 +22,7 @@ pub fn check(ledger: &Ledger, state: &ClusterState, pruned: &Pruned) -> Vec<Viol
         let received: Vec<Option<u64>> = keys
             .iter()
             .map(|key| {
-                let kept = state.idempotency.get(key.as_str()).and_then(|id| state.events.get(id));
+                let kept = state.idempotency.get(key.as_str()).and_then(|id| state.event(id));
                 let kept = kept.map(|event| event.received_at_ms);
                 let forgotten = pruned.get(key.as_str()).copied();
                 kept.into_iter().chain(forgotten).min()
@@ -46,4 +46,23 @@ pub fn check(ledger: &Ledger, state: &ClusterState, pruned: &Pruned) -> Vec<Viol
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::fixture::OneDelivery;
+
+    #[test]
+    fn a_batch_whose_events_finished_is_found_in_the_history() {
+        let mut first = OneDelivery::new(3, Some("k-1"));
+        first.deliver();
+        let mut ledger = Ledger::default();
+        ledger.batches.push(vec!["k-1".into()]);
+        assert!(check(&ledger, &first.state, &Pruned::default()).is_empty());
+        // A second key of the same batch that is nowhere: committed in part.
+        ledger.batches[0].push("k-2".into());
+        let found = check(&ledger, &first.state, &Pruned::default());
+        assert!(found.len() == 1 && found[0].detail.contains("partly committed: k-2 missing"), "{found:?}");
+    }
 }

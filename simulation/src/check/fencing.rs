@@ -45,10 +45,16 @@ impl FencingTap {
         let mut stale = 0;
         for outcome in outcomes {
             let retired = || {
-                prune_follows.then(|| state.retired().deliveries.iter().find(|d| d.id == outcome.delivery_id)).flatten()
+                prune_follows
+                    .then(|| state.retired().deliveries.iter().find(|d| d.id == outcome.delivery_id))
+                    .flatten()
+                    .map(|d| d.endpoint_id)
             };
-            let Some(delivery) = state.deliveries.get(&outcome.delivery_id).or_else(retired) else { continue };
-            let endpoint = &delivery.endpoint_id;
+            // The apply that judged the outcome may have finished the
+            // delivery and moved it into the history: it is judged there too.
+            let kept = || state.delivery(&outcome.delivery_id).map(|d| d.endpoint_id);
+            let Some(endpoint) = kept().or_else(retired) else { continue };
+            let endpoint = &endpoint;
             let grant = state.shards[endpoint.shard() as usize];
             if outcome.shard != endpoint.shard() || grant.token != outcome.token || grant.owner != Some(node_id) {
                 stale += 1;
@@ -109,5 +115,33 @@ impl FencingTap {
 impl ApplyObserver for FencingTap {
     fn applied(&self, state: &ClusterState, command: &Command, response: &Response) {
         self.observe(state, command, response, true, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hookraft_core::retry::Decision;
+
+    use super::*;
+    use crate::check::fixture::{OWNER, OneDelivery};
+
+    #[test]
+    fn a_late_outcome_of_a_finished_delivery_is_judged_where_the_history_keeps_it() {
+        let mut world = OneDelivery::new(1, None);
+        world.deliver();
+        // A node that holds no grant reports an attempt after the event
+        // was finished: apply judges it (stale) and settles it again.
+        let late = world.outcome(OWNER + 1, 200, Decision::Delivered);
+        let (command, response) = world.report(OWNER + 1, late);
+        assert!(matches!(response, Response::OutcomesApplied { stale: 1, .. }), "{response:?}");
+        assert!(world.state.history().contains_delivery(&world.delivery));
+        let tap = FencingTap::new(Trace::new(false));
+        tap.applied(&world.state, &command, &response);
+        assert!(tap.violations().is_empty(), "{:?}", tap.violations());
+        // An apply that had let it through is caught, the delivery being
+        // in the history all the same.
+        tap.applied(&world.state, &command, &Response::OutcomesApplied { applied: 1, stale: 0, ignored: 0 });
+        let found = tap.violations();
+        assert!(found.len() == 1 && found[0].detail.contains("1 stale by their tokens"), "{found:?}");
     }
 }

@@ -3,9 +3,9 @@
 //!
 //! [`InboundTap`] watches every node's applies: an apply that creates an
 //! event from a source leaves no other event of the same source and
-//! provider event id in the state. Retention may free a provider id (its
-//! event pruned, a late retry makes a new one), never while its event is
-//! held.
+//! provider event id in the state (at work or in the history). Retention
+//! may free a provider id (its event pruned, a late retry makes a new one),
+//! never while its event is held.
 //!
 //! [`check`], after healing:
 //! - every replica holds at most one event per (source, provider event id);
@@ -21,6 +21,7 @@
 //!   receiving from its source, and those endpoints got nothing else;
 //! - no well-signed post was refused (400, 401, 403, 413).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
@@ -31,7 +32,7 @@ use hookraft_core::model::{Delivery, DeliveryState, TimelineEntry};
 use hookraft_core::state::ClusterState;
 
 use super::pruned::Pruned;
-use super::{Violation, listed};
+use super::{Violation, every, listed};
 use crate::receivers::SendRecord;
 use crate::workload::{Ledger, SimEndpoint};
 
@@ -47,7 +48,19 @@ fn key_of(inbound: &Inbound) -> ProviderKey {
 /// Watches every node's applies for a second event of one provider event.
 #[derive(Default)]
 pub struct InboundTap {
-    inner: Mutex<(Vec<String>, BTreeSet<EventId>)>,
+    inner: Mutex<TapState>,
+}
+
+#[derive(Default)]
+struct TapState {
+    found: Vec<String>,
+    /// Events already reported, once however many nodes apply them.
+    flagged: BTreeSet<EventId>,
+    /// Every event created from a source, by provider event, as any node
+    /// first applied it: the candidates for a twin, so that an apply looks
+    /// up a few ids instead of decoding the whole history. Every creation
+    /// goes through an apply this tap sees.
+    created: BTreeMap<ProviderKey, BTreeSet<EventId>>,
 }
 
 impl InboundTap {
@@ -56,29 +69,27 @@ impl InboundTap {
     }
 
     pub fn violations(&self) -> Vec<Violation> {
-        let found = self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.clone();
+        let found = self.inner.lock().unwrap_or_else(|p| p.into_inner()).found.clone();
         listed(CHECKER, found.into_iter(), "events created twice")
     }
 
     pub fn observe(&self, state: &ClusterState, command: &Command, response: &Response) {
         let mut created = Vec::new();
         created_events(command, response, &mut created);
+        if created.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         for id in created {
-            let Some(inbound) = state.events.get(id).and_then(|e| e.inbound.as_deref()) else { continue };
-            let held: Vec<String> = state
-                .events
-                .values()
-                .filter(|other| {
-                    other.id != *id && other.inbound.as_deref().is_some_and(|o| key_of(o) == key_of(inbound))
-                })
-                .map(|other| other.id.to_string())
-                .collect();
-            if held.is_empty() {
-                continue;
-            }
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            if inner.1.insert(*id) {
-                inner.0.push(format!(
+            // Finished by the same entry (it matched no endpoint), it is
+            // already in the history.
+            let Some(inbound) = state.event(id).and_then(|e| e.inbound.clone()) else { continue };
+            let twins = inner.created.entry(key_of(&inbound)).or_default();
+            twins.insert(*id);
+            let held: Vec<String> =
+                twins.iter().filter(|other| *other != id && state.has_event(other)).map(|o| o.to_string()).collect();
+            if !held.is_empty() && inner.flagged.insert(*id) {
+                inner.found.push(format!(
                     "event {id} was created for provider event {} of {} while {held:?} of it was held",
                     inbound.provider_event_id, inbound.source_id
                 ));
@@ -105,24 +116,31 @@ fn created_events<'a>(command: &Command, response: &'a Response, out: &mut Vec<&
     }
 }
 
-/// An event as the final state holds it, or as retention pruned it.
+/// An event as the final state holds it (at work or in the history), or
+/// as retention pruned it.
 struct Found<'a> {
-    inbound: Option<&'a Inbound>,
+    inbound: Option<Box<Inbound>>,
     /// Deliveries it names.
     named: usize,
-    deliveries: Vec<&'a Delivery>,
+    deliveries: Vec<Cow<'a, Delivery>>,
+}
+
+impl Found<'_> {
+    fn inbound(&self) -> Option<&Inbound> {
+        self.inbound.as_deref()
+    }
 }
 
 fn find<'a>(state: &'a ClusterState, pruned: &'a Pruned, id: &EventId) -> Option<Found<'a>> {
-    if let Some(event) = state.events.get(id) {
-        let deliveries = event.deliveries.iter().filter_map(|d| state.deliveries.get(d).map(|d| &**d)).collect();
-        return Some(Found { inbound: event.inbound.as_deref(), named: event.deliveries.len(), deliveries });
+    if let Some(event) = state.event(id) {
+        let deliveries = state.deliveries_of(&event);
+        return Some(Found { inbound: event.inbound.clone(), named: event.deliveries.len(), deliveries });
     }
     let event = pruned.events.get(id)?;
     Some(Found {
-        inbound: event.inbound.as_deref(),
+        inbound: event.inbound.clone(),
         named: event.deliveries.len(),
-        deliveries: event.deliveries.values().collect(),
+        deliveries: event.deliveries.values().map(Cow::Borrowed).collect(),
     })
 }
 
@@ -134,6 +152,7 @@ fn receives(endpoint: &SimEndpoint, source: &str, event_type: &str) -> bool {
 
 /// Whether every delivery of every acknowledged inbound event that
 /// `state` holds has ended: the run waits for them as for the producers'.
+/// Only the events at work are looked at: the history holds finished ones.
 pub fn settled(ledger: &Ledger, state: &ClusterState) -> bool {
     let answered = ledger.inbound.values().flat_map(|post| &post.answers);
     answered
@@ -208,7 +227,7 @@ pub fn check(
                 wrong.push(format!("{what} was answered with event {id:?}, neither held nor pruned"));
                 continue;
             };
-            if found.inbound.map(key_of).as_ref() != Some(&(source.clone(), provider_id.clone())) {
+            if found.inbound().map(key_of).as_ref() != Some(&(source.clone(), provider_id.clone())) {
                 wrong.push(format!("{what} was answered with event {id}, which is not of it"));
                 continue;
             }
@@ -238,7 +257,7 @@ pub fn check(
                         format!("{} of event {id} is delivered but its receiver never answered 2xx", delivery.id),
                     ),
                     DeliveryState::Delivered | DeliveryState::Dead => {}
-                    DeliveryState::IgnoredStale => wrong.extend(unjustified(delivery, found.inbound, state, pruned)),
+                    DeliveryState::IgnoredStale => wrong.extend(unjustified(delivery, found.inbound(), state, pruned)),
                     other => unfinished.push(Violation::liveness(
                         CHECKER,
                         format!("{} of event {id} of {what} is still {} after healing", delivery.id, other.as_str()),
@@ -253,10 +272,11 @@ pub fn check(
     found
 }
 
-/// The provider events `replica` holds more than one event of.
+/// The provider events `replica` holds more than one event of, at work or
+/// in the history.
 fn twins(node: NodeId, replica: &ClusterState) -> Vec<String> {
     let mut held: BTreeMap<ProviderKey, Vec<String>> = BTreeMap::new();
-    for event in replica.events.values() {
+    for event in replica.events_in(every(), false) {
         if let Some(inbound) = event.inbound.as_deref() {
             held.entry(key_of(inbound)).or_default().push(event.id.to_string());
         }
@@ -294,7 +314,7 @@ fn unjustified(
     let Some(other) = find(state, pruned, &newer) else {
         return Some(format!("{id} was ignored for {newer}, neither held nor pruned"));
     };
-    let newer_version = other.inbound.and_then(Inbound::guarded).filter(|(k, v)| *k == key && *v > version);
+    let newer_version = other.inbound().and_then(Inbound::guarded).filter(|(k, v)| *k == key && *v > version);
     if newer_version.is_none() {
         return Some(format!("{id} ({key} version {version}) was ignored for {newer}, not a newer version of {key}"));
     }

@@ -14,11 +14,29 @@ pub mod replicas;
 pub mod signatures;
 pub mod timeline;
 
+#[cfg(test)]
+pub(crate) mod fixture;
+
+use std::ops::Bound;
+
 use hookraft_core::command::{Command, Response};
-use hookraft_core::state::ClusterState;
+use hookraft_core::ids::DeliveryId;
+use hookraft_core::state::{ClusterState, IdRange};
 use hookraft_raft::ApplyObserver;
 
 use crate::trace::Trace;
+
+/// Every id: the range that walks all of a state's events or deliveries,
+/// in memory and in the history (`ClusterState::events_in`).
+pub fn every<T>() -> IdRange<T> {
+    (Bound::Unbounded, Bound::Unbounded)
+}
+
+/// Whether `state` stores delivery `id`, at work in memory or finished in
+/// the history, without decoding it.
+pub fn holds_delivery(state: &ClusterState, id: &DeliveryId) -> bool {
+    state.deliveries.contains_key(id) || state.history().contains_delivery(id)
+}
 
 /// The checkers that watch every node's applies as they happen.
 pub struct Taps {

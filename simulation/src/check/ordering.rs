@@ -26,8 +26,8 @@
 //!   request neither.
 //!
 //! Whether a delivery was dead-lettered, skipped or ignored is read from its final
-//! record (the state's, or as retention pruned it): its timeline keeps
-//! both, even after a replay.
+//! record (the state's, in memory or in the history, or as retention pruned
+//! it): its timeline keeps both, even after a replay.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -39,7 +39,7 @@ use hookraft_core::ordering::OnDead;
 use hookraft_core::state::ClusterState;
 
 use super::pruned::Pruned;
-use super::{Violation, listed};
+use super::{Violation, holds_delivery, listed};
 use crate::receivers::SendRecord;
 use crate::workload::Ledger;
 
@@ -86,8 +86,9 @@ impl Sequences {
         let mut wrong = None;
         if sequence == 1 {
             // A new run: the key was forgotten, so nothing of the run before
-            // is left in the state (a replay of it would number among the new).
-            if let Some((held_sequence, held)) = sequences.iter().find(|(_, d)| state.deliveries.contains_key(*d)) {
+            // is left in the state, at work or in the history (a replay of
+            // it would number among the new).
+            if let Some((held_sequence, held)) = sequences.iter().find(|(_, d)| holds_delivery(state, d)) {
                 wrong = Some(format!(
                     "{id} of key {key:?} of {endpoint} starts the key again at 1 while #{held_sequence} ({held}) of \
                      it is still in the state"
@@ -147,8 +148,12 @@ impl OrderingTap {
             if sequences.deliveries.contains_key(id) || flagged.contains(id) {
                 continue; // seen on a node that applied it first
             }
-            let Some(delivery) = state.deliveries.get(id) else { continue };
-            let key = state.events.get(&delivery.event_id).and_then(|e| e.ordering_key.as_deref());
+            // Created by this entry, but maybe finished by it too (ignored
+            // as stale at once, or an outcome later in the batch): then in
+            // the history.
+            let Some(delivery) = state.delivery(id) else { continue };
+            let event = state.event(&delivery.event_id);
+            let key = event.as_ref().and_then(|e| e.ordering_key.as_deref());
             // The state is the one after the whole entry: an endpoint
             // deleted later in the same batch is not there to say (the
             // workload never changes an endpoint's ordering).
@@ -251,7 +256,7 @@ pub fn check(
         let sequence = numbered.sequence;
         if sequence > 1 && !before(sequence) && !before(sequence - 1) {
             let previous = sequences.in_run(numbered, sequence - 1);
-            let released = previous.is_some_and(|p| lets_go(fate(record(&p)), *on_dead));
+            let released = previous.is_some_and(|p| lets_go(fate(record(&p).as_deref()), *on_dead));
             if !released {
                 let previous = previous.map_or_else(|| "unknown".to_string(), |p| p.to_string());
                 wrong.push(format!(
@@ -279,7 +284,7 @@ pub fn check(
                 continue;
             }
             let id = sequences.by_run.get(&(key.clone(), *run)).and_then(|s| s.get(&sequence));
-            if id.is_some_and(|id| fate(record(id)).dead || fate(record(id)).ignored) {
+            if id.is_some_and(|id| fate(record(id).as_deref()).dead || fate(record(id).as_deref()).ignored) {
                 continue;
             }
             wrong.push(format!(
@@ -309,7 +314,8 @@ pub struct OrderingCounts {
 
 /// Counts what the run did with ordered delivery.
 pub fn counts(sequences: &Sequences, state: &ClusterState, pruned: &Pruned) -> OrderingCounts {
-    let fates: Vec<Fate> = sequences.deliveries.keys().map(|id| fate(pruned.kept_or_pruned(state, id))).collect();
+    let fates: Vec<Fate> =
+        sequences.deliveries.keys().map(|id| fate(pruned.kept_or_pruned(state, id).as_deref())).collect();
     OrderingCounts {
         deliveries: fates.len(),
         dead: fates.iter().filter(|f| f.dead).count(),
@@ -362,10 +368,12 @@ mod tests {
     use std::sync::Arc;
 
     use hookraft_core::ids::EventId;
-    use hookraft_core::model::OptionalMs;
+    use hookraft_core::model::{Event, OptionalMs};
+    use hookraft_core::payload::Payload;
     use hookraft_delivery::transport::SendOrigin;
 
     use super::*;
+    use crate::check::fixture::through_snapshot;
 
     const ENDPOINT: &str = "ep_01J0000000000000000000000E";
 
@@ -382,7 +390,9 @@ mod tests {
     }
 
     /// A run of key `a` of sequences 1..=count, every one in `final_state`,
-    /// and a ledger that posted each with key `a`.
+    /// and a ledger that posted each with key `a`. Its state is made by
+    /// hand, each delivery with its event; the checks read it as a replica
+    /// decodes it, the finished events in the history.
     struct World {
         sequences: Sequences,
         state: ClusterState,
@@ -412,7 +422,7 @@ mod tests {
             DeliveryId::derive(&event(n), &endpoint())
         }
 
-        /// Sets delivery `n`'s final record.
+        /// Sets delivery `n`'s final record, and its event's.
         fn set(&mut self, n: u64, state: DeliveryState, history: &[TimelineEntry]) {
             let delivery = Delivery {
                 id: self.id(n),
@@ -430,6 +440,30 @@ mod tests {
                 history: history.to_vec().into_boxed_slice(),
             };
             self.state.deliveries.insert(self.id(n), Arc::new(delivery));
+            let event = Event {
+                id: event(n),
+                event_type: "order.paid".into(),
+                payload: Payload::clear(&body(n)),
+                received_at_ms: 0,
+                idempotency_key: None,
+                deliveries: Box::new([self.id(n)]),
+                received_by: Some(1),
+                rewrapped: None,
+                ordering_key: Some("a".into()),
+                inbound: None,
+            };
+            self.state.events.insert(event.id, Box::new(event));
+        }
+
+        /// Delivery `n` and its event gone, as retention takes them.
+        fn forget(&mut self, n: u64) {
+            self.state.deliveries.remove(&self.id(n));
+            self.state.events.remove(&event(n));
+        }
+
+        /// The state as a node holds it.
+        fn stored(&self) -> ClusterState {
+            through_snapshot(&self.state)
         }
 
         /// A request for sequence `n` arriving at `at_ms`, answered `code`
@@ -452,7 +486,7 @@ mod tests {
         }
 
         fn check(&self, sends: &[SendRecord]) -> Vec<Violation> {
-            check(&self.sequences, &self.state, &Pruned::default(), &self.modes, &self.ledger, sends)
+            check(&self.sequences, &self.stored(), &Pruned::default(), &self.modes, &self.ledger, sends)
         }
     }
 
@@ -484,6 +518,8 @@ mod tests {
     fn a_gap_in_the_sequences_delivered_is_a_violation() {
         let mut world = World::new(3, OnDead::Skip, DeliveryState::Delivered);
         world.set(2, DeliveryState::Retrying, &[]);
+        assert!(world.stored().deliveries.contains_key(&world.id(2)), "at work");
+        assert!(world.stored().history().contains_delivery(&world.id(3)), "finished");
         let sends = [world.send(1, 0, 200), world.send(3, 10, 200)];
         let found = world.check(&sends);
         assert!(found.iter().any(|v| v.detail.contains("a gap") && v.detail.contains("#2")), "{found:?}");
@@ -557,11 +593,13 @@ mod tests {
         assert_eq!(sequences.deliveries[&id(2)].run, 1);
         // Starting again while a delivery of the run is still there is wrong,
         // the first of it as much as the last.
+        // A finished delivery in the history counts as much as one at work.
         let mut world = World::new(2, OnDead::Skip, DeliveryState::Delivered);
-        let again = world.sequences.clone().number(id(9), endpoint(), "a", 1, &world.state);
+        assert!(world.stored().history().contains_delivery(&world.id(1)));
+        let again = world.sequences.clone().number(id(9), endpoint(), "a", 1, &world.stored());
         assert!(again.unwrap().contains("#1"));
-        world.state.deliveries.remove(&world.id(1));
-        let again = world.sequences.number(id(9), endpoint(), "a", 1, &world.state);
+        world.forget(1);
+        let again = world.sequences.number(id(9), endpoint(), "a", 1, &world.stored());
         assert!(again.unwrap().contains("#2 ") && world.sequences.deliveries[&id(9)].run == 2);
     }
 }

@@ -6,7 +6,8 @@
 //!   event whose acknowledgement never reached its producer (the producer
 //!   gave up, or its retry came after a prune freed the key) must still
 //!   carry one of the payloads the producers posted.
-//! - [`stored`]: with a keyring, every payload of the final state is sealed
+//! - [`stored`]: with a keyring, every payload of the final state (at work
+//!   or in the history) is sealed
 //!   under a key of the ring, opens to what was posted for its event, and
 //!   does not hold that text among its bytes; without one, every payload is
 //!   the posted text in clear.
@@ -16,7 +17,7 @@ use std::collections::BTreeMap;
 use hookraft_core::payload::{self, Keyring, Payload};
 use hookraft_core::state::ClusterState;
 
-use super::{Violation, listed};
+use super::{Violation, every, listed};
 use crate::receivers::SendRecord;
 use crate::workload::Ledger;
 
@@ -67,7 +68,7 @@ pub fn stored(
     keyring: Option<&Keyring>,
 ) -> (Vec<Violation>, BTreeMap<String, u64>) {
     let mut by_key: BTreeMap<String, u64> = BTreeMap::new();
-    let wrong = state.events.values().filter_map(|event| {
+    let wrong = state.events_in(every(), false).filter_map(|event| {
         let id = event.id.to_string();
         let stored = &event.payload;
         *by_key.entry(stored.key_id().unwrap_or("clear").to_string()).or_default() += 1;
@@ -112,6 +113,7 @@ mod tests {
 
     use super::*;
     use crate::check::LISTED_MAX;
+    use crate::check::fixture::through_snapshot;
     use crate::keys::RunKeys;
 
     const POSTED: &str = r#"{"n":1,"note":"naïve café ☕"}"#;
@@ -170,7 +172,8 @@ mod tests {
     }
 
     /// A state of one event per `(payload, posted as)`, and the ledger of
-    /// what was posted for each.
+    /// what was posted for each. The events have no delivery: finished, a
+    /// node keeps them in its history.
     fn state_of(events: &[(Payload, &str)]) -> (ClusterState, Ledger) {
         let mut state = ClusterState::default();
         let mut ledger = Ledger::default();
@@ -192,6 +195,8 @@ mod tests {
             ledger.payloads.insert(id.to_string(), posted.to_string());
             ledger.posted.insert(posted.to_string());
         }
+        let state = through_snapshot(&state);
+        assert!(state.events.is_empty() && state.history().event_count() == events.len());
         (state, ledger)
     }
 

@@ -10,6 +10,7 @@
 //! acknowledged event that is no longer in the state here, and accept its
 //! absence only when it was pruned this way.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -19,7 +20,7 @@ use hookraft_core::inbound::Inbound;
 use hookraft_core::model::{Delivery, DeliveryState};
 use hookraft_core::state::ClusterState;
 
-use super::Violation;
+use super::{Violation, holds_delivery};
 use crate::cluster::RETENTION_MS;
 use crate::trace::Trace;
 
@@ -48,9 +49,10 @@ impl Pruned {
         self.events.get(self.by_delivery.get(id)?)?.deliveries.get(id)
     }
 
-    /// The delivery as `state` holds it, or else as it was pruned.
-    pub fn kept_or_pruned<'a>(&'a self, state: &'a ClusterState, id: &DeliveryId) -> Option<&'a Delivery> {
-        state.deliveries.get(id).map(|d| &**d).or_else(|| self.delivery(id))
+    /// The delivery as `state` holds it (at work or in its history), or
+    /// else as it was pruned.
+    pub fn kept_or_pruned<'a>(&'a self, state: &'a ClusterState, id: &DeliveryId) -> Option<Cow<'a, Delivery>> {
+        state.delivery(id).or_else(|| self.delivery(id).map(Cow::Borrowed))
     }
 
     fn insert(&mut self, id: EventId, record: PrunedEvent) {
@@ -186,7 +188,7 @@ impl PruneTap {
                         }
                         kept.insert(*id, delivery.clone());
                     }
-                    None if state.deliveries.contains_key(id) => found.push(Violation::safety(
+                    None if holds_delivery(state, id) => found.push(Violation::safety(
                         "pruned",
                         format!("event {} was pruned but its delivery {id} stayed", event.id),
                     )),

@@ -3,19 +3,21 @@
 //! answered 2xx in time is never recorded as failed under the same token
 //! (when two attempts share a node, token and start time, one of them is
 //! recorded 2xx).
-//! A delivery retention forgot is compared as its prune took it out.
+//! Every delivery is compared, at work or in the history; one retention
+//! forgot is compared as its prune took it out.
 
 use hookraft_core::ids::DeliveryId;
 use hookraft_core::model::TimelineEntry;
 use hookraft_core::state::ClusterState;
 
-use super::Violation;
 use super::pruned::Pruned;
+use super::{Violation, every};
 use crate::receivers::SendRecord;
 
 pub fn check(earlier: &ClusterState, last: &ClusterState, pruned: &Pruned, sends: &[SendRecord]) -> Vec<Violation> {
     let mut found = Vec::new();
-    for (id, before) in &earlier.deliveries {
+    for before in earlier.deliveries_in(every(), false) {
+        let id = &before.id;
         let Some(after) = pruned.kept_or_pruned(last, id) else {
             found.push(Violation::safety("timeline", format!("delivery {id} disappeared")));
             continue;
@@ -55,4 +57,28 @@ pub fn check(earlier: &ClusterState, last: &ClusterState, pruned: &Pruned, sends
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::fixture::OneDelivery;
+
+    #[test]
+    fn timelines_are_compared_wherever_the_states_keep_them() {
+        let mut world = OneDelivery::new(4, None);
+        let pending = world.state.clone();
+        world.deliver();
+        // At work earlier, in the history at the end: appended to.
+        assert!(check(&pending, &world.state, &Pruned::default(), &[]).is_empty());
+        // In the history earlier, nowhere at the end, not pruned.
+        let found = check(&world.state, &ClusterState::default(), &Pruned::default(), &[]);
+        assert!(found.len() == 1 && found[0].detail.contains("disappeared"), "{found:?}");
+        // In the history at both ends (a replica that applied the same).
+        let replica = OneDelivery::new(4, None).deliver().state.clone();
+        assert!(check(&world.state, &replica, &Pruned::default(), &[]).is_empty());
+        // In the history earlier, at work with a shorter timeline at the end.
+        let found = check(&world.state, &pending, &Pruned::default(), &[]);
+        assert!(found.len() == 1 && found[0].detail.contains("rewritten"), "{found:?}");
+    }
 }
