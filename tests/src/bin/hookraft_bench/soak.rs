@@ -182,8 +182,16 @@ pub fn snapshot_line(line: &str) -> Option<SnapshotLine> {
         applies_held_ms: number("applies_held_ms"),
         rested_ms: number("rested_ms"),
         total_ms: number("total_ms"),
-        snapshot: field("snapshot").unwrap_or_default(),
+        snapshot: snapshot_id(line).unwrap_or_default(),
     })
+}
+
+/// The `snapshot_id: …` inside a snapshot line's `snapshot={…}` (the
+/// whole metadata, membership and addresses included, is written there).
+fn snapshot_id(line: &str) -> Option<String> {
+    let at = line.find("snapshot_id: ")? + "snapshot_id: ".len();
+    let id = line[at..].split([',', '}', ' ']).next()?;
+    (!id.is_empty()).then(|| id.to_owned())
 }
 
 /// One reading of the node, every [`SAMPLE_EVERY`].
@@ -438,8 +446,10 @@ mod tests {
 
     #[test]
     fn snapshot_lines_give_their_sizes_and_hold_times() {
-        let built = "2026-12-05T10:00:00.000000Z  INFO hookraft_raft::state_machine: snapshot built \
-                     snapshot=1-20000-1 bytes=5242880 gate_wait_ms=0 applies_held_ms=3 rested_ms=12 total_ms=410";
+        let built = "2026-12-05T18:20:19.079660Z  INFO hookraft_raft::state_machine: snapshot built \
+                     snapshot={snapshot_id: 1-19999-1, last_log:T1-N1-19999, last_membership: {log_id:T0-N0-0, \
+                     {voters:[{1:BasicNode { addr: \"127.0.0.1:32823\" }}], learners:[]}}} bytes=5242880 \
+                     gate_wait_ms=0 applies_held_ms=3 rested_ms=12 total_ms=410";
         assert_eq!(
             snapshot_line(built),
             Some(SnapshotLine {
@@ -449,15 +459,18 @@ mod tests {
                 applies_held_ms: Some(3),
                 rested_ms: Some(12),
                 total_ms: Some(410),
-                snapshot: "1-20000-1".into(),
+                snapshot: "1-19999-1".into(),
             })
         );
         let installed = "2026-12-05T10:00:00Z  INFO hookraft_raft::state_machine: snapshot installed \
-                         snapshot=2-40000-3 bytes=61234";
+                         snapshot={snapshot_id: 2-40000-3, last_log:T2-N1-40000} bytes=61234";
         let line = snapshot_line(installed).expect("an installed line");
-        assert_eq!((line.kind, line.bytes, line.total_ms), ("installed", 61_234, None));
+        assert_eq!(
+            (line.kind, line.bytes, line.total_ms, line.snapshot.as_str()),
+            ("installed", 61_234, None, "2-40000-3")
+        );
         assert_eq!(snapshot_line("INFO x: the log past the last snapshot is large; building a snapshot"), None);
-        assert_eq!(snapshot_line("INFO x: snapshot built snapshot=1-2-3"), None, "no size");
+        assert_eq!(snapshot_line("INFO x: snapshot built snapshot={snapshot_id: 1-2-3}"), None, "no size");
     }
 
     #[test]
