@@ -154,6 +154,37 @@ async fn more_endpoints_than_the_top_bound_are_summed_as_other() {
     assert_eq!(value(&scraped, "hookraft_endpoint_attempts_last_hour", &[("endpoint", "other")]), 3.0);
 }
 
+/// The snapshot gauges follow the snapshots the node builds: none at
+/// first, then one that covers applied entries and holds every event
+/// (its bytes grow with the state), and the log past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_gauges_follow_the_snapshots_built() {
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let node = TestNode::start_with(NodeOptions::default().args(["--snapshot-every", "10"])).await;
+    register_endpoint(&node, &json!({"url": receiver.url("hook")})).await;
+    let snapshot_after = async |events: usize, at_least_index: f64| {
+        for n in 0..events {
+            send_event(&node, &json!({"type": "t", "payload": {"n": n, "pad": "x".repeat(500)}})).await;
+        }
+        wait_for(DEADLINE, POLL_INTERVAL, "a snapshot past the events", async || {
+            let scraped = scrape(&node, Format::Prometheus).await;
+            let index = value(&scraped, "hookraft_snapshot_index", &[]);
+            if index >= at_least_index { Ok(scraped) } else { Err(format!("snapshot at {index}")) }
+        })
+        .await
+    };
+    let first = snapshot_after(20, 10.0).await;
+    let (index, bytes) = (value(&first, "hookraft_snapshot_index", &[]), value(&first, "hookraft_snapshot_bytes", &[]));
+    assert!(index <= value(&first, "hookraft_raft_applied_index", &[]), "a snapshot covers applied entries only");
+    assert!(bytes > 20.0 * 500.0, "the snapshot holds every event's payload: {bytes} bytes");
+    assert!(value(&first, "hookraft_raft_log_since_snapshot_bytes", &[]) >= 0.0);
+    assert_eq!(first.family("hookraft_snapshot_bytes").map(|f| f.kind.as_str()), Some("gauge"));
+    let later = snapshot_after(40, index + 30.0).await;
+    let grown = value(&later, "hookraft_snapshot_bytes", &[]);
+    assert!(grown > bytes + 30.0 * 500.0, "{bytes} bytes, then {grown} with 40 events more");
+}
+
 #[test]
 fn a_top_bound_past_the_maximum_is_refused_at_start() {
     let output = std::process::Command::new(locate_hookraft_binary())

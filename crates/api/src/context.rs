@@ -48,6 +48,24 @@ pub trait ClusterView: Send + Sync + 'static {
     /// Heartbeats that renewed the lease, and times it lapsed.
     fn lease_renewals(&self) -> u64;
     fn lease_expiries(&self) -> u64;
+    /// This node's log and its current snapshot, for `/metrics`.
+    fn log_figures(&self) -> LogFigures;
+}
+
+/// How far this node's replica has applied the log, what its current
+/// snapshot covers and how large it is: what an operator needs to see that
+/// snapshots keep up with the log (the `snapshot built` log line names only
+/// the snapshots this node built, not one installed from a leader).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogFigures {
+    /// The last log index applied to this replica (0 before the first).
+    pub applied_index: u64,
+    /// The last log index the current snapshot covers (0 without one).
+    pub snapshot_index: u64,
+    /// Bytes of the current snapshot's payload, built here or installed.
+    pub snapshot_bytes: u64,
+    /// Encoded bytes of the log entries past the current snapshot.
+    pub log_bytes_since_snapshot: u64,
 }
 
 /// A failure of a membership change.

@@ -36,7 +36,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use utoipa_axum::router::OpenApiRouter;
 
-pub use context::{ApiContext, ApiMetrics, ClusterView, Ingest};
+pub use context::{ApiContext, ApiMetrics, ClusterView, Ingest, LogFigures};
 
 /// The `/v1` routes, each with its part of the document; behind the token.
 pub fn v1_routes() -> OpenApiRouter<Arc<ApiContext>> {

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use hookraft_api::admission::{Admission, Budgets};
 use hookraft_api::routes::internal::InternalRpc;
-use hookraft_api::{ApiContext, ApiMetrics, ClusterView};
+use hookraft_api::{ApiContext, ApiMetrics, ClusterView, LogFigures};
 use hookraft_core::breaker::BreakerConfig;
 use hookraft_core::ids::NodeId;
 use hookraft_core::propose::Proposer;
@@ -210,8 +210,8 @@ impl Node {
         let (shutdown, stop) = watch::channel(false);
         tokio::spawn(hookraft_raft::log_size::snapshot_when_log_grows(
             raft.clone(),
-            log_sizes,
-            snapshot_bytes,
+            log_sizes.clone(),
+            snapshot_bytes.clone(),
             hookraft_raft::log_size::SNAPSHOT_LOG_BYTES_MIN,
             stop.clone(),
         ));
@@ -232,7 +232,8 @@ impl Node {
         );
 
         let ingest = Arc::new(ingest::start(proposer.clone(), io.clock.clone(), config.node_id));
-        let (api_metrics, cluster_view) = (ApiMetrics::default(), RaftView::new(raft.clone(), lease, io.clock.clone()));
+        let (api_metrics, cluster_view) =
+            (ApiMetrics::default(), RaftView::new(raft.clone(), lease, io.clock.clone(), log_sizes, snapshot_bytes));
         // The registry's collector reads the context at each scrape: it
         // holds it weakly, as the context holds the registry.
         let api = Arc::new_cyclic(|me| ApiContext {
@@ -353,10 +354,19 @@ struct RaftView {
     lease: Arc<lease::Lease>,
     clock: Arc<dyn hookraft_core::clock::Clock>,
     leader_changes: Arc<AtomicU64>,
+    /// The log store's entry sizes and the current snapshot's bytes.
+    log_sizes: hookraft_raft::log_size::LogSizeWatch,
+    snapshot_bytes: Arc<AtomicU64>,
 }
 
 impl RaftView {
-    fn new(raft: Raft, lease: Arc<lease::Lease>, clock: Arc<dyn hookraft_core::clock::Clock>) -> Self {
+    fn new(
+        raft: Raft,
+        lease: Arc<lease::Lease>,
+        clock: Arc<dyn hookraft_core::clock::Clock>,
+        log_sizes: hookraft_raft::log_size::LogSizeWatch,
+        snapshot_bytes: Arc<AtomicU64>,
+    ) -> Self {
         let leader_changes = Arc::new(AtomicU64::new(0));
         let counter = leader_changes.clone();
         let mut metrics = raft.metrics();
@@ -370,7 +380,7 @@ impl RaftView {
                 }
             }
         });
-        Self { raft, lease, clock, leader_changes }
+        Self { raft, lease, clock, leader_changes, log_sizes, snapshot_bytes }
     }
 }
 
@@ -403,5 +413,19 @@ impl ClusterView for RaftView {
 
     fn lease_valid(&self) -> bool {
         self.lease.is_valid(self.clock.monotonic_ms())
+    }
+
+    fn log_figures(&self) -> LogFigures {
+        let (applied, snapshot) = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            (m.last_applied.map(|id| id.index), m.snapshot.map(|id| id.index))
+        };
+        LogFigures {
+            applied_index: applied.unwrap_or(0),
+            snapshot_index: snapshot.unwrap_or(0),
+            snapshot_bytes: self.snapshot_bytes.load(Ordering::Relaxed),
+            log_bytes_since_snapshot: self.log_sizes.bytes_after(snapshot),
+        }
     }
 }

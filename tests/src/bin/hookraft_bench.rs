@@ -27,7 +27,16 @@
 //! /in/{source}` and `--provider-retry-percent` of them posted again: the
 //! report adds provider requests/s, the repeats answered as duplicates,
 //! and the node's CPU per request; a provider event accepted or delivered
-//! twice fails the run. With `--max-pending` or `--memory-budget` the nodes run
+//! twice fails the run. `soak` (`soak.rs`) offers the throughput
+//! scenario's events at a fixed `--rate` (200/s unless given) for a fixed
+//! `--duration` (10 minutes unless given), one per request, and reports
+//! per 10-second window the events accepted, their ingest and end-to-end
+//! p99 (by when each was due) and the deliveries that arrived; every 10 s
+//! the first node's RSS, its snapshot's bytes and index and the log past
+//! it (`/metrics`) and the snapshots its log reported; and whether the
+//! last minute's end-to-end p99 stayed within 1.5x of the second
+//! minute's (PASS or FAIL, printed and in the JSON; the exit code does
+//! not change). With `--max-pending` or `--memory-budget` the nodes run
 //! with that ingest budget, and the report adds how they held at the cap:
 //! their memory there, the 503s while there, and whether ingest resumed
 //! after the drain (`--scenario backlog --events 100000 --max-pending
@@ -36,6 +45,7 @@
 //! ```text
 //! cargo build --release -p hookraft -p hookraft-tests
 //! target/release/hookraft-bench --scenario throughput,isolation --nodes 1
+//! target/release/hookraft-bench --scenario soak --rate 2000 --duration 10m
 //! ```
 //!
 //! It prints figures; it fails (exit 1) only when an expected delivery never
@@ -65,6 +75,8 @@ mod procstat;
 mod report;
 #[path = "hookraft_bench/scenario.rs"]
 mod scenario;
+#[path = "hookraft_bench/soak.rs"]
+mod soak;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -86,6 +98,9 @@ use scenario::Scenario;
 /// How often the progress line is printed and delivery progress is polled.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 const MIB: f64 = 1024.0 * 1024.0;
+/// `--scenario soak` without `--rate` or `--duration`: the load of issue 34.
+const SOAK_RATE_DEFAULT: f64 = 200.0;
+const SOAK_DURATION_DEFAULT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Parser)]
 #[command(name = "hookraft-bench", about = "Throughput, latency, isolation, backlog and inbound figures of hookraft")]
@@ -128,6 +143,10 @@ struct Args {
     /// fast as the nodes accept, each connection waiting for its answer].
     #[arg(long, value_parser = parse_rate)]
     rate: Option<f64>,
+    /// Of `--scenario soak`: how long to offer `--rate` (`600`, `600s`,
+    /// `10m`, `1h`; at least 3 minutes) [default: 10 minutes].
+    #[arg(long, value_parser = soak::parse_duration)]
+    duration: Option<Duration>,
     /// Leave events due in the first this many seconds of the load out of
     /// the latency quantiles (they are still posted, counted and
     /// delivered; the whole run's quantiles are printed beside them): a
@@ -186,6 +205,28 @@ impl Args {
         args
     }
 
+    /// The soak's length.
+    fn soak_duration(&self) -> Duration {
+        self.duration.unwrap_or(SOAK_DURATION_DEFAULT)
+    }
+
+    /// The rate a scenario offers: `--rate`, or the soak's default.
+    fn rate_of(&self, scenario: Scenario) -> Option<f64> {
+        match scenario {
+            Scenario::Soak => Some(self.rate.unwrap_or(SOAK_RATE_DEFAULT)),
+            _ => self.rate,
+        }
+    }
+
+    /// Events a scenario posts.
+    fn events_of(&self, scenario: Scenario) -> usize {
+        match (scenario, self.events) {
+            (Scenario::Soak, _) => soak::events_for(self.rate.unwrap_or(SOAK_RATE_DEFAULT), self.soak_duration()),
+            (_, Some(events)) => events,
+            (_, None) => scenario.default_events(),
+        }
+    }
+
     /// Whether the nodes seal payloads.
     fn encrypted(&self) -> bool {
         self.keyring.is_some()
@@ -212,6 +253,17 @@ async fn main() -> Result<ExitCode> {
     ensure!(
         args.batch == 1 || !args.scenario.contains(&Scenario::Inbound),
         "--scenario inbound posts one provider event per request (a provider has no batch)"
+    );
+    let soaks = args.scenario.contains(&Scenario::Soak);
+    ensure!(
+        !soaks || args.events.is_none(),
+        "--scenario soak posts --rate × --duration events; give those instead of --events"
+    );
+    ensure!(soaks || args.duration.is_none(), "--duration is for --scenario soak");
+    ensure!(
+        args.soak_duration() >= soak::DURATION_MIN,
+        "--duration must be at least {} s: the second minute is compared with the last",
+        soak::DURATION_MIN.as_secs()
     );
     let bin = match args.bin.clone() {
         Some(bin) => bin,
@@ -302,7 +354,8 @@ async fn write_back_dirty_pages() {
 }
 
 async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<Report> {
-    let events = args.events.unwrap_or(scenario.default_events());
+    let events = args.events_of(scenario);
+    let rate = args.rate_of(scenario);
     eprintln!("== {}: {events} events, {} node(s)", scenario.name(), args.nodes);
     // Counted before anything starts: a million targets for the backlog.
     let expected_arrivals = (0..events).map(|index| scenario.healthy_targets(index).len()).sum();
@@ -337,12 +390,14 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         event_type: scenario.event_type(),
         ordering_key: scenario.ordering_key(),
         origin,
-        rate: args.rate,
+        rate,
     });
     let progress = Arc::new(Progress::default());
     let done = Arc::new(AtomicBool::new(false));
     let printer = tokio::spawn(print_progress(origin, progress.clone(), fleet.clone(), done.clone()));
     let ingest_started = origin.elapsed();
+    let sampler = (scenario == Scenario::Soak)
+        .then(|| tokio::spawn(soak::sample_until(deployment.watched(), origin + ingest_started, done.clone())));
     let (accepted, not_accepted, repeats) = match &source {
         Some(_) => {
             let signer = inbound::StripeSigner::new(inbound::STRIPE_SECRET);
@@ -375,6 +430,10 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
     };
     done.store(true, Ordering::Relaxed);
     let _ = printer.await;
+    let samples = match sampler {
+        Some(sampler) => Some(sampler.await.unwrap_or_default()),
+        None => None,
+    };
     let wall = origin.elapsed() - ingest_started;
     let after = deployment.samples();
     let bench_after = procstat::sample(std::process::id());
@@ -402,6 +461,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         let beyond = fleet.distinct().saturating_sub(delivered);
         inbound_figures(args.provider_retry_percent, r, accepted.len(), ingest_s, beyond, &node_usage)
     });
+    let soak = samples.map(|samples| soak_figures(args, &accepted, &fleet, ingest_started, samples));
     let warmed_up = args.warmup_s > 0.0;
     let whole_run = |quantiles: Quantiles| warmed_up.then_some(quantiles);
     Ok(Report {
@@ -415,7 +475,7 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         endpoints: specs.len(),
         payload_bytes: args.payload_bytes,
         events_offered: events,
-        offered_per_s: args.rate,
+        offered_per_s: rate,
         accepted: accepted.len(),
         not_accepted,
         ingest_s,
@@ -445,7 +505,41 @@ async fn run_scenario(args: &Args, scenario: Scenario, bin: &PathBuf) -> Result<
         budget,
         retries,
         inbound,
+        soak,
     })
+}
+
+/// The soak's windows and verdicts, from the accepted events and the
+/// fleet's arrivals, every time taken from the load's start.
+fn soak_figures(
+    args: &Args,
+    accepted: &[load::Accepted],
+    fleet: &Fleet,
+    load_start: Duration,
+    samples: Vec<soak::Sample>,
+) -> soak::SoakFigures {
+    let start_us = report::micros(load_start);
+    let ingest: Vec<(u64, u64)> = accepted
+        .iter()
+        .map(|a| (report::micros(a.due.saturating_sub(load_start)), report::micros(a.latency)))
+        .collect();
+    let end_to_end: Vec<(u64, u64)> = fleet
+        .latency_samples_us()
+        .into_iter()
+        .map(|(sent, latency)| (sent.saturating_sub(start_us), latency))
+        .collect();
+    let duration = args.soak_duration();
+    let duration_us = report::micros(duration);
+    let window_us = report::micros(soak::WINDOW);
+    let count = usize::try_from(duration_us.div_ceil(window_us)).unwrap_or(usize::MAX);
+    soak::SoakFigures {
+        duration_s: duration.as_secs_f64(),
+        window_s: soak::WINDOW.as_secs(),
+        windows: soak::windows(&ingest, &end_to_end, window_us, count),
+        samples,
+        end_to_end: soak::verdict(&end_to_end, duration_us, soak::RATIO_BOUND),
+        ingest: soak::verdict(&ingest, duration_us, soak::RATIO_BOUND),
+    }
 }
 
 async fn print_progress(origin: Instant, progress: Arc<Progress>, fleet: Arc<Fleet>, done: Arc<AtomicBool>) {

@@ -68,7 +68,30 @@ fn cluster(e: &mut DescriptorEncoder, ctx: &ApiContext) -> std::fmt::Result {
         "hookraft_lease_expiries",
         "Times this node's lease lapsed (it stops sending until a heartbeat commits)",
         c.lease_expiries(),
-    )
+    )?;
+    let log = c.log_figures();
+    gauge(e, "hookraft_raft_applied_index", "Last log index applied to this replica", log.applied_index)?;
+    gauge(
+        e,
+        "hookraft_snapshot_index",
+        "Last log index the current snapshot covers (0 without one)",
+        log.snapshot_index,
+    )?;
+    let bytes = Unit::Bytes;
+    ConstGauge::new(log.snapshot_bytes).encode(descriptor(
+        e,
+        "hookraft_snapshot",
+        "Bytes of the current snapshot's payload (built here or installed from the leader)",
+        Some(&bytes),
+        MetricType::Gauge,
+    )?)?;
+    ConstGauge::new(log.log_bytes_since_snapshot).encode(descriptor(
+        e,
+        "hookraft_raft_log_since_snapshot",
+        "Encoded bytes of the log entries past the current snapshot",
+        Some(&bytes),
+        MetricType::Gauge,
+    )?)
 }
 
 /// Payload encryption: whether it is on, what was sealed and opened, and

@@ -78,6 +78,16 @@ impl Deployment {
         Ok(())
     }
 
+    /// The first node, as the soak's sampler reads it.
+    pub fn watched(&self) -> crate::soak::Watched {
+        let (_, log) = self.logs().swap_remove(0);
+        crate::soak::Watched {
+            pid: self.pids().first().map(|&(_, pid)| pid),
+            metrics_url: self.urls("/metrics").swap_remove(0),
+            log,
+        }
+    }
+
     pub fn samples(&self) -> Vec<(u64, Option<procstat::Sample>)> {
         self.pids().into_iter().map(|(id, pid)| (id, procstat::sample(pid))).collect()
     }

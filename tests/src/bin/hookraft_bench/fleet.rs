@@ -152,6 +152,12 @@ impl Fleet {
         samples
     }
 
+    /// Every first arrival's send time (since the origin) and end-to-end
+    /// latency, in microseconds, in arrival order.
+    pub fn latency_samples_us(&self) -> Vec<(u64, u64)> {
+        self.seen().latencies_us.clone()
+    }
+
     /// When the latest first arrival came, since the origin.
     pub fn last_first_arrival(&self) -> Duration {
         self.seen().last_first_arrival

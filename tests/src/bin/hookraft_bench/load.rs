@@ -9,7 +9,8 @@
 //! connection is free, if later). Its latency then counts from when it was
 //! due, not from when it was sent, so a node that falls behind shows it in
 //! the latency instead of silently slowing the generator down (the closed
-//! loop's "coordinated omission").
+//! loop's "coordinated omission"); so does the end-to-end latency, whose
+//! payload carries the time the event was due.
 //!
 //! Each connection is a plain keep-alive HTTP/1.1 client over `httparse`
 //! ([`Connection`]) rather than reqwest: the generator stands in for
@@ -191,7 +192,9 @@ async fn connection_loop(
             }
             None => Instant::now(),
         };
-        let sent_ns = u64::try_from(load.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Of an open load, when it was due: end-to-end latency then counts
+        // from there too, like the ingest latency.
+        let sent_ns = u64::try_from(due.saturating_duration_since(load.origin).as_nanos()).unwrap_or(u64::MAX);
         let bodies = indexes.clone().map(|i| {
             let key = load.ordering_key.map(|key| key(i));
             event_body(&(load.event_type)(i), key.as_deref(), sent_ns, load.payload_bytes)

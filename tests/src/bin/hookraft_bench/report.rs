@@ -237,6 +237,8 @@ pub struct Report {
     pub retries: Option<RetryFigures>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inbound: Option<InboundFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak: Option<crate::soak::SoakFigures>,
 }
 
 impl Report {
@@ -407,6 +409,10 @@ impl Report {
                 b.status_after_drain
             );
         }
+        // Last: its verdict closes the report.
+        if let Some(soak) = &self.soak {
+            crate::soak::render(soak, &mut out);
+        }
         out
     }
 }
@@ -464,6 +470,7 @@ mod tests {
             budget: None,
             retries: None,
             inbound: None,
+            soak: None,
         }
     }
 

@@ -33,6 +33,11 @@ pub enum Scenario {
     /// and `--provider-retry-percent` of them posted again, to be answered
     /// as duplicates.
     Inbound,
+    /// The throughput scenario's endpoints and events, offered at a fixed
+    /// `--rate` (200 events/s unless given) for a fixed `--duration`
+    /// (10 minutes unless given): latency per 10-second window, the node's
+    /// memory and snapshots over time (`soak.rs`).
+    Soak,
 }
 
 /// Healthy endpoints of the throughput and isolation scenarios.
@@ -63,6 +68,7 @@ impl Scenario {
             Scenario::Ordered => "ordered",
             Scenario::UnorderedRetries => "unordered-retries",
             Scenario::Inbound => "inbound",
+            Scenario::Soak => "soak",
         }
     }
 
@@ -90,6 +96,8 @@ impl Scenario {
             | Scenario::Ordered
             | Scenario::UnorderedRetries
             | Scenario::Inbound => 60_000,
+            // 10 minutes at 200 events/s; a soak posts `--rate` × `--duration`.
+            Scenario::Soak => 120_000,
             Scenario::Backlog => 1_000_000,
             Scenario::FanOut => 2_000,
         }
@@ -103,7 +111,7 @@ impl Scenario {
         };
         match self {
             // The inbound scenario's endpoints get their source once it exists.
-            Scenario::Throughput | Scenario::IngestOnly | Scenario::Inbound => {
+            Scenario::Throughput | Scenario::IngestOnly | Scenario::Inbound | Scenario::Soak => {
                 (0..HEALTHY_ENDPOINTS).map(|i| typed("ok", i, json!({}))).collect()
             }
             Scenario::Isolation => {
@@ -140,9 +148,11 @@ impl Scenario {
     /// The event type of event `i`.
     pub fn event_type(self) -> fn(usize) -> String {
         match self {
-            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries | Scenario::Inbound => {
-                |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize)
-            }
+            Scenario::Throughput
+            | Scenario::Ordered
+            | Scenario::UnorderedRetries
+            | Scenario::Inbound
+            | Scenario::Soak => |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize),
             Scenario::Isolation => |i| format!("bench.{}", i % (HEALTHY_ENDPOINTS as usize + 1)),
             Scenario::Backlog => |_| "bench.0".to_string(),
             Scenario::FanOut => |_| "fan.out".to_string(),
@@ -161,7 +171,11 @@ impl Scenario {
     /// The fleet indexes of the healthy endpoints event `i` must reach.
     pub fn healthy_targets(self, i: usize) -> Vec<u32> {
         match self {
-            Scenario::Throughput | Scenario::Ordered | Scenario::UnorderedRetries | Scenario::Inbound => {
+            Scenario::Throughput
+            | Scenario::Ordered
+            | Scenario::UnorderedRetries
+            | Scenario::Inbound
+            | Scenario::Soak => {
                 vec![(i % HEALTHY_ENDPOINTS as usize) as u32]
             }
             Scenario::Isolation => {
@@ -196,6 +210,7 @@ mod tests {
             Scenario::Ordered,
             Scenario::UnorderedRetries,
             Scenario::Inbound,
+            Scenario::Soak,
         ] {
             let specs = scenario.endpoints();
             for i in 0..250 {
