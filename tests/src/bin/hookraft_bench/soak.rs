@@ -182,12 +182,13 @@ pub fn snapshot_line(line: &str) -> Option<SnapshotLine> {
         applies_held_ms: number("applies_held_ms"),
         rested_ms: number("rested_ms"),
         total_ms: number("total_ms"),
-        snapshot: snapshot_id(line).unwrap_or_default(),
+        snapshot: snapshot_id(line).or_else(|| field("snapshot")).unwrap_or_default(),
     })
 }
 
-/// The `snapshot_id: …` inside a snapshot line's `snapshot={…}` (the
-/// whole metadata, membership and addresses included, is written there).
+/// The `snapshot_id: …` inside a snapshot line's `snapshot={…}`, as
+/// builds before the line named the snapshot by its id alone wrote the
+/// whole metadata there (membership and addresses included).
 fn snapshot_id(line: &str) -> Option<String> {
     let at = line.find("snapshot_id: ")? + "snapshot_id: ".len();
     let id = line[at..].split([',', '}', ' ']).next()?;
@@ -469,6 +470,11 @@ mod tests {
             (line.kind, line.bytes, line.total_ms, line.snapshot.as_str()),
             ("installed", 61_234, None, "2-40000-3")
         );
+        // As the node writes it now: the size first, the snapshot by its id.
+        let short = "2026-12-05T19:00:00Z  INFO hookraft_raft::state_machine: snapshot built bytes=59400000 \
+                     snapshot=1-219999-11 gate_wait_ms=0 applies_held_ms=0 rested_ms=40 total_ms=576";
+        let line = snapshot_line(short).expect("a built line");
+        assert_eq!((line.bytes, line.total_ms, line.snapshot.as_str()), (59_400_000, Some(576), "1-219999-11"));
         assert_eq!(snapshot_line("INFO x: the log past the last snapshot is large; building a snapshot"), None);
         assert_eq!(snapshot_line("INFO x: snapshot built snapshot={snapshot_id: 1-2-3}"), None, "no size");
     }
