@@ -19,8 +19,8 @@
 //!
 //! Ids are their [`to_bytes`](EventId::to_bytes), big-endian, so keys sort
 //! as the ids do and a page of ids is a range of keys. The state is kept in
-//! chunks so no value is huge (redb keeps a value whole in memory when it
-//! is read or written).
+//! chunks so no value is huge (redb reads and writes a value whole, in
+//! memory).
 //!
 //! A [`RedbHistory::flush`] writes a [`Flush`], the state it belongs to and
 //! the applied log position in one durable transaction: the store never
@@ -304,16 +304,14 @@ impl<'txn> WriteTables<'txn> {
         for (received_at_ms, id) in &flush.removed_events {
             let removed = self.events.remove(id.to_bytes().as_slice())?.map(|old| old.value().len());
             if let Some(len) = removed {
-                counts.events -= 1;
-                counts.bytes -= len as u64;
+                count_removal(&mut counts.events, &mut counts.bytes, len)?;
             }
             self.by_time.remove(time_key(*received_at_ms, id).as_slice())?;
         }
         for (id, dead_of) in &flush.removed_deliveries {
             let removed = self.deliveries.remove(id.to_bytes().as_slice())?.map(|old| old.value().len());
             if let Some(len) = removed {
-                counts.deliveries -= 1;
-                counts.bytes -= len as u64;
+                count_removal(&mut counts.deliveries, &mut counts.bytes, len)?;
             }
             if let Some(endpoint) = dead_of {
                 self.dead.remove(dead_key(endpoint, id.to_bytes()).as_slice())?;
@@ -322,18 +320,15 @@ impl<'txn> WriteTables<'txn> {
         for event in &flush.events {
             check_record(&event.record, record_limit)?;
             let replaced = self.events.insert(event.id.to_bytes().as_slice(), event.record.as_slice())?;
-            count_put(&mut counts.events, &mut counts.bytes, event.record.len(), replaced.map(|old| old.value().len()));
+            let replaced = replaced.map(|old| old.value().len());
+            count_put(&mut counts.events, &mut counts.bytes, event.record.len(), replaced)?;
             self.by_time.insert(time_key(event.received_at_ms, &event.id).as_slice(), [].as_slice())?;
         }
         for delivery in &flush.deliveries {
             check_record(&delivery.record, record_limit)?;
             let replaced = self.deliveries.insert(delivery.id.to_bytes().as_slice(), delivery.record.as_slice())?;
-            count_put(
-                &mut counts.deliveries,
-                &mut counts.bytes,
-                delivery.record.len(),
-                replaced.map(|old| old.value().len()),
-            );
+            let replaced = replaced.map(|old| old.value().len());
+            count_put(&mut counts.deliveries, &mut counts.bytes, delivery.record.len(), replaced)?;
             if let Some(endpoint) = &delivery.dead_of {
                 self.dead.insert(dead_key(endpoint, delivery.id.to_bytes()).as_slice(), [].as_slice())?;
             }
@@ -367,13 +362,24 @@ fn check_record(record: &[u8], limit: usize) -> Result<(), Error> {
 
 /// Counts a put of `len` bytes that replaced a record of `replaced` bytes,
 /// if any.
-fn count_put(records: &mut u64, bytes: &mut u64, len: usize, replaced: Option<usize>) {
-    match replaced {
-        Some(old) => *bytes = *bytes - old as u64 + len as u64,
-        None => {
-            *records += 1;
-            *bytes += len as u64;
+fn count_put(records: &mut u64, bytes: &mut u64, len: usize, replaced: Option<usize>) -> Result<(), Error> {
+    if let Some(old) = replaced {
+        count_removal(records, bytes, old)?;
+    }
+    *records += 1;
+    *bytes += len as u64;
+    Ok(())
+}
+
+/// Counts the removal of a record of `len` bytes. Counts below what the
+/// tables hold mean a damaged file, not a reason to panic.
+fn count_removal(records: &mut u64, bytes: &mut u64, len: usize) -> Result<(), Error> {
+    match (records.checked_sub(1), bytes.checked_sub(len as u64)) {
+        (Some(fewer), Some(less)) => {
+            (*records, *bytes) = (fewer, less);
+            Ok(())
         }
+        _ => Err(Error::Corrupt("the history store's counts are below what its tables hold".into())),
     }
 }
 
@@ -431,7 +437,8 @@ impl RedbHistory {
     ///
     /// A put over a stored record keeps the old record's index rows unless
     /// the flush also removes it, as the history does for a record it took
-    /// back.
+    /// back. Flushes take turns with each other (redb has one write
+    /// transaction at a time); reads and views go on beside them.
     pub fn flush<S: AsRef<[u8]>>(
         &self,
         flush: &Flush,
