@@ -468,10 +468,10 @@ impl RedbHistory {
     }
 
     /// Builds a fresh store at `path`, which must not exist, from a stream
-    /// that [`HistoryView::export`] wrote. Rows are committed every
-    /// [`IMPORT_COMMIT_BYTES`] without syncing; the last commit, made only
-    /// once the checksum and the counts matched, is durable, and so is the
-    /// file's name. On an error the partial file is removed.
+    /// that [`HistoryView::export`] wrote. Rows are committed every 64 MiB
+    /// without syncing; the last commit, made only once the checksum and
+    /// the counts matched, is durable, and so is the file's name. On an
+    /// error the partial file is removed.
     ///
     /// A crash during an import leaves a file at `path` that is not a
     /// complete store: remove it before importing again.
