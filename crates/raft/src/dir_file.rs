@@ -49,9 +49,39 @@ impl DirFile {
         };
         file.sync_all().map_err(io("sync", &temporary))?;
         drop(file);
-        std::fs::rename(&temporary, &path).map_err(io("rename", &path))?;
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync", dir))?;
-        Ok(())
+        rename_durably(&temporary, &path)
+    }
+}
+
+/// Renames `from` over `to` (atomically: a reader of `to` sees the old file
+/// or the new one, never a mix) and syncs the directories involved, so the
+/// rename itself survives a crash. The file's own contents must already be
+/// synced.
+pub(crate) fn rename_durably(from: &Path, to: &Path) -> Result<(), Error> {
+    std::fs::rename(from, to).map_err(|source| Error::File { what: "rename", path: to.to_path_buf(), source })?;
+    let (to_dir, from_dir) = (parent_dir(to), parent_dir(from));
+    sync_dir(to_dir)?;
+    if from_dir != to_dir {
+        sync_dir(from_dir)?;
+    }
+    Ok(())
+}
+
+/// Syncs the directory `dir`, so the names created, renamed or removed in
+/// it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|source| Error::File {
+        what: "sync",
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
     }
 }
 

@@ -58,6 +58,25 @@ pub enum Error {
     /// the node that opened it is dead and must reopen the disk.
     #[error("{handle} of an in-memory disk was used after the disk crashed")]
     DiskCrashed { handle: String },
+    /// The history store's database (redb) failed.
+    #[error("history store: {0}")]
+    Redb(#[from] redb::Error),
+    /// A history record larger than the history store takes, so that every
+    /// stored row also fits a history stream
+    /// ([`crate::history_store::MAX_RECORD_BYTES`]).
+    #[error("a history record of {len} bytes is larger than the {limit} bytes the history store takes")]
+    RecordTooLarge { len: usize, limit: usize },
+    /// A history stream could not be written or read.
+    #[error("cannot {what} the history stream: {source}")]
+    Stream {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A history stream that is not one whole, intact export: it ends early,
+    /// its checksum or counts do not match, or its frames are out of order.
+    #[error("history stream refused: {0}")]
+    StreamRefused(String),
     /// The single-node network has no transport to other nodes.
     #[error("no transport to node {target}: this node runs as a single-member cluster")]
     NoTransport { target: NodeId },
@@ -69,3 +88,23 @@ impl Error {
         StorageIOError::new(subject, verb, openraft::AnyError::new(self)).into()
     }
 }
+
+/// redb's errors per operation, each one of [`redb::Error`]'s cases.
+macro_rules! from_redb {
+    ($($error:ty),*) => {
+        $(impl From<$error> for Error {
+            fn from(error: $error) -> Self {
+                Error::Redb(error.into())
+            }
+        })*
+    };
+}
+
+from_redb!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);

@@ -29,6 +29,10 @@
 //!   client write to the leader.
 //! - [`rpc`]: the wire protocol both ends of node-to-node RPC share: paths,
 //!   the secret header, and the reply enums ([`RaftReply`], [`ProposeReply`]).
+//! - [`history_store`]: [`RedbHistory`], the finished history on disk (one
+//!   redb file behind core's `HistoryStore`), its point-in-time
+//!   [`HistoryView`], and the stream a snapshot sends it as. Not yet used
+//!   by the state machine.
 //! - [`error`]: [`Error`], this crate's one error enum.
 //! - [`background`]: threads for work nothing waits for soon (a snapshot's
 //!   encoding, a purge's removal), at a lower priority (nice 10) and paced.
@@ -44,6 +48,7 @@
 
 pub mod disk;
 pub mod error;
+pub mod history_store;
 pub mod http_network;
 pub mod log_command;
 pub mod log_size;
@@ -70,6 +75,7 @@ pub use hookraft_core::{ClusterState, Command, Response};
 
 pub use disk::{Batch, BatchOp, Disk, FileSlot, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
+pub use history_store::{HistoryView, RedbHistory};
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
 pub use log_command::LogCommand;
 pub use log_store::{LogStore, SledLogStore};

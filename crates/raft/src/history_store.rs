@@ -1,0 +1,1038 @@
+//! [`RedbHistory`]: the finished history on disk (design note 61, step 2),
+//! one redb file behind core's [`HistoryStore`] seam, chosen by measurement
+//! in docs/store-choice.md.
+//!
+//! **Every method blocks** on the disk (reads may miss the cache, a flush
+//! fsyncs, an export or import moves gigabytes): callers run them on
+//! blocking threads (`spawn_blocking`), never on the runtime's workers.
+//!
+//! The file holds six tables, every key and value a byte string:
+//!
+//! | table | key | value |
+//! | --- | --- | --- |
+//! | `events` | event id (16 bytes) | the encoded record |
+//! | `deliveries` | delivery id (16 bytes) | the encoded record |
+//! | `by_time` | received ms (8 bytes, big-endian) ++ event id | empty |
+//! | `dead` | endpoint id ++ delivery id | empty |
+//! | `meta` | a name | `format` (u32), `events`, `deliveries`, `bytes` (u64 counts), `applied` (opaque) |
+//! | `state` | chunk number (u64) | a piece of the encoded state, at most [`STATE_CHUNK_BYTES`] |
+//!
+//! Ids are their [`to_bytes`](EventId::to_bytes), big-endian, so keys sort
+//! as the ids do and a page of ids is a range of keys. The state is kept in
+//! chunks so no value is huge (redb reads and writes a value whole, in
+//! memory).
+//!
+//! A [`RedbHistory::flush`] writes a [`Flush`], the state it belongs to and
+//! the applied log position in one durable transaction: the store never
+//! holds history the stored state has not applied, nor lacks history it
+//! has. A [`HistoryView`] is one read transaction, a consistent cut of
+//! every table that later flushes do not change: a snapshot sent to another
+//! node [exports](HistoryView::export) one, and the receiver
+//! [imports](RedbHistory::import) the stream into a fresh file that
+//! [`RedbHistory::replace`] then puts in place of its own.
+//!
+//! The stream, all integers big-endian:
+//!
+//! ```text
+//! header  "hookhist" | version u32 | events u64 | deliveries u64 | bytes u64
+//! table   'T' | tag u8                  (every table once, in tag order)
+//! row     'R' | key length u32 | key | value length u32 | value
+//!                                       (the table's rows, in key order)
+//! end     'E' | SHA-256 of every byte before it, 'E' included
+//! ```
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
+use hookraft_core::state::IdRange;
+use hookraft_core::state::history_store::{Flush, HistoryStore, StoreCounts, StoreError};
+use redb::{Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use sha2::{Digest, Sha256};
+
+use crate::Error;
+use crate::dir_file::{parent_dir, rename_durably, sync_dir};
+
+/// The cache redb keeps of the file's pages: 64 MiB, the setting
+/// docs/store-choice.md measured redb with (the whole process stayed under
+/// 280 MiB through appends, reads under writes and a full scan).
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+/// The largest piece of the encoded state one row holds.
+pub const STATE_CHUNK_BYTES: usize = 1 << 20;
+
+/// The largest record the store takes. Webhook bodies are at most 1 MiB;
+/// the bound is there so every stored row also fits a stream, whose reader
+/// refuses longer rows before allocating for them.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
+
+/// The layout of the file's tables, in `meta` under `format`.
+const FORMAT_VERSION: u32 = 1;
+
+/// The layout of an export stream.
+const STREAM_VERSION: u32 = 1;
+
+const STREAM_MAGIC: [u8; 8] = *b"hookhist";
+
+const FRAME_TABLE: u8 = b'T';
+const FRAME_ROW: u8 = b'R';
+const FRAME_END: u8 = b'E';
+
+/// The longest key of any table (a `meta` name included).
+const MAX_KEY_BYTES: usize = 64;
+
+/// Bytes an import writes between its (non-durable) commits: each commit
+/// lets redb write its dirty pages out, so memory stays bounded whatever
+/// the stream's size.
+const IMPORT_COMMIT_BYTES: u64 = 64 << 20;
+
+const META_FORMAT: &[u8] = b"format";
+const META_EVENTS: &[u8] = b"events";
+const META_DELIVERIES: &[u8] = b"deliveries";
+const META_BYTES: &[u8] = b"bytes";
+const META_APPLIED: &[u8] = b"applied";
+
+type Rows = TableDefinition<'static, &'static [u8], &'static [u8]>;
+type WriteRows<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
+type ReadRows = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// The file's tables; `tag` numbers them in a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Table {
+    Events,
+    Deliveries,
+    ByTime,
+    Dead,
+    Meta,
+    State,
+}
+
+impl Table {
+    /// Every table, in tag order (the order of a stream).
+    const ALL: [Table; 6] = [Table::Events, Table::Deliveries, Table::ByTime, Table::Dead, Table::Meta, Table::State];
+
+    fn name(self) -> &'static str {
+        match self {
+            Table::Events => "events",
+            Table::Deliveries => "deliveries",
+            Table::ByTime => "by_time",
+            Table::Dead => "dead",
+            Table::Meta => "meta",
+            Table::State => "state",
+        }
+    }
+
+    fn tag(self) -> u8 {
+        self as u8 + 1
+    }
+
+    fn definition(self) -> Rows {
+        TableDefinition::new(self.name())
+    }
+
+    /// The length every key of the table has, where it is fixed.
+    fn key_len(self) -> Option<usize> {
+        match self {
+            Table::Events | Table::Deliveries => Some(16),
+            Table::ByTime => Some(24),
+            Table::Dead => Some(32),
+            Table::State => Some(8),
+            Table::Meta => None,
+        }
+    }
+
+    /// The longest value a row of the table may have.
+    fn value_limit(self) -> usize {
+        match self {
+            Table::Events | Table::Deliveries | Table::Meta => MAX_RECORD_BYTES,
+            Table::ByTime | Table::Dead => 0,
+            Table::State => STATE_CHUNK_BYTES,
+        }
+    }
+
+    /// Whether the table's values are records (counted in `bytes`).
+    fn holds_records(self) -> bool {
+        matches!(self, Table::Events | Table::Deliveries)
+    }
+}
+
+// --- keys -------------------------------------------------------------------
+
+/// The `by_time` key of an event: its time first, so keys sort by time.
+fn time_key(received_at_ms: u64, id: &EventId) -> [u8; 24] {
+    let mut key = [0; 24];
+    key[..8].copy_from_slice(&received_at_ms.to_be_bytes());
+    key[8..].copy_from_slice(&id.to_bytes());
+    key
+}
+
+fn parse_time_key(key: &[u8]) -> Result<(u64, EventId), Error> {
+    let (at, id) = key.split_first_chunk::<8>().ok_or_else(|| bad_key(Table::ByTime, key))?;
+    Ok((u64::from_be_bytes(*at), EventId::from_bytes(id16(Table::ByTime, id)?)))
+}
+
+/// The `dead` key of a delivery: its endpoint first, so an endpoint's dead
+/// deliveries are one range.
+fn dead_key(endpoint: &EndpointId, id: [u8; 16]) -> [u8; 32] {
+    let mut key = [0; 32];
+    key[..16].copy_from_slice(&endpoint.to_bytes());
+    key[16..].copy_from_slice(&id);
+    key
+}
+
+fn chunk_key(number: u64) -> [u8; 8] {
+    number.to_be_bytes()
+}
+
+fn id16(table: Table, bytes: &[u8]) -> Result<[u8; 16], Error> {
+    bytes.try_into().map_err(|_| bad_key(table, bytes))
+}
+
+fn bad_key(table: Table, key: &[u8]) -> Error {
+    Error::Corrupt(format!("a key of {} bytes in the history's {} table", key.len(), table.name()))
+}
+
+/// An id range as bounds on 16-byte keys.
+fn id_bounds<T>(range: &IdRange<T>, bytes: impl Fn(&T) -> [u8; 16]) -> (Bound<[u8; 16]>, Bound<[u8; 16]>) {
+    (range.0.as_ref().map(&bytes), range.1.as_ref().map(&bytes))
+}
+
+/// Bounds on `dead` keys: `range` of delivery ids within `endpoint`'s rows.
+fn dead_bounds(endpoint: &EndpointId, range: &IdRange<DeliveryId>) -> (Bound<[u8; 32]>, Bound<[u8; 32]>) {
+    let (lower, upper) = id_bounds(range, DeliveryId::to_bytes);
+    let lower = match lower {
+        Bound::Unbounded => Bound::Included(dead_key(endpoint, [0; 16])),
+        bound => bound.map(|id| dead_key(endpoint, id)),
+    };
+    let upper = match upper {
+        Bound::Unbounded => Bound::Included(dead_key(endpoint, [0xff; 16])),
+        bound => bound.map(|id| dead_key(endpoint, id)),
+    };
+    (lower, upper)
+}
+
+/// Whether no key lies within the bounds. A range whose start is past its
+/// end holds nothing (a `BTreeMap` would panic on it).
+fn is_empty_range(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
+    match (lower, upper) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a >= b,
+        _ => false,
+    }
+}
+
+fn as_slices<const N: usize>(bounds: &(Bound<[u8; N]>, Bound<[u8; N]>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (bounds.0.as_ref().map(|key| key.as_slice()), bounds.1.as_ref().map(|key| key.as_slice()))
+}
+
+// --- meta -------------------------------------------------------------------
+
+fn meta_u64(meta: &impl ReadableTable<&'static [u8], &'static [u8]>, name: &[u8]) -> Result<u64, Error> {
+    let value = meta.get(name)?.ok_or_else(|| missing_meta(name))?;
+    let bytes: [u8; 8] = value.value().try_into().map_err(|_| missing_meta(name))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+fn missing_meta(name: &[u8]) -> Error {
+    Error::Corrupt(format!("the history store has no valid {}", String::from_utf8_lossy(name)))
+}
+
+fn read_counts(meta: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreCounts, Error> {
+    Ok(StoreCounts {
+        events: meta_u64(meta, META_EVENTS)?,
+        deliveries: meta_u64(meta, META_DELIVERIES)?,
+        bytes: meta_u64(meta, META_BYTES)?,
+    })
+}
+
+fn write_counts(meta: &mut WriteRows<'_>, counts: StoreCounts) -> Result<(), Error> {
+    meta.insert(META_EVENTS, counts.events.to_be_bytes().as_slice())?;
+    meta.insert(META_DELIVERIES, counts.deliveries.to_be_bytes().as_slice())?;
+    meta.insert(META_BYTES, counts.bytes.to_be_bytes().as_slice())?;
+    Ok(())
+}
+
+fn read_format(meta: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<Option<u32>, Error> {
+    let Some(value) = meta.get(META_FORMAT)? else { return Ok(None) };
+    let bytes: [u8; 4] = value.value().try_into().map_err(|_| missing_meta(META_FORMAT))?;
+    Ok(Some(u32::from_be_bytes(bytes)))
+}
+
+// --- the store ----------------------------------------------------------------
+
+/// The history's store: one redb file. See the module's comment.
+pub struct RedbHistory {
+    db: redb::Database,
+    path: PathBuf,
+    /// [`MAX_RECORD_BYTES`], lower in tests that make a flush fail.
+    record_limit: usize,
+}
+
+impl std::fmt::Debug for RedbHistory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbHistory").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// The six tables of one write transaction.
+struct WriteTables<'txn> {
+    events: WriteRows<'txn>,
+    deliveries: WriteRows<'txn>,
+    by_time: WriteRows<'txn>,
+    dead: WriteRows<'txn>,
+    meta: WriteRows<'txn>,
+    state: WriteRows<'txn>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    fn open(tx: &'txn redb::WriteTransaction) -> Result<Self, Error> {
+        Ok(Self {
+            events: tx.open_table(Table::Events.definition())?,
+            deliveries: tx.open_table(Table::Deliveries.definition())?,
+            by_time: tx.open_table(Table::ByTime.definition())?,
+            dead: tx.open_table(Table::Dead.definition())?,
+            meta: tx.open_table(Table::Meta.definition())?,
+            state: tx.open_table(Table::State.definition())?,
+        })
+    }
+
+    /// Removes and puts `flush`'s records and index rows, keeping `counts`
+    /// exact: a removal counts only what was there, a put over a record
+    /// counts the difference in length.
+    fn apply(&mut self, flush: &Flush, counts: &mut StoreCounts, record_limit: usize) -> Result<(), Error> {
+        for (received_at_ms, id) in &flush.removed_events {
+            let removed = self.events.remove(id.to_bytes().as_slice())?.map(|old| old.value().len());
+            if let Some(len) = removed {
+                count_removal(&mut counts.events, &mut counts.bytes, len)?;
+            }
+            self.by_time.remove(time_key(*received_at_ms, id).as_slice())?;
+        }
+        for (id, dead_of) in &flush.removed_deliveries {
+            let removed = self.deliveries.remove(id.to_bytes().as_slice())?.map(|old| old.value().len());
+            if let Some(len) = removed {
+                count_removal(&mut counts.deliveries, &mut counts.bytes, len)?;
+            }
+            if let Some(endpoint) = dead_of {
+                self.dead.remove(dead_key(endpoint, id.to_bytes()).as_slice())?;
+            }
+        }
+        for event in &flush.events {
+            check_record(&event.record, record_limit)?;
+            let replaced = self.events.insert(event.id.to_bytes().as_slice(), event.record.as_slice())?;
+            let replaced = replaced.map(|old| old.value().len());
+            count_put(&mut counts.events, &mut counts.bytes, event.record.len(), replaced)?;
+            self.by_time.insert(time_key(event.received_at_ms, &event.id).as_slice(), [].as_slice())?;
+        }
+        for delivery in &flush.deliveries {
+            check_record(&delivery.record, record_limit)?;
+            let replaced = self.deliveries.insert(delivery.id.to_bytes().as_slice(), delivery.record.as_slice())?;
+            let replaced = replaced.map(|old| old.value().len());
+            count_put(&mut counts.deliveries, &mut counts.bytes, delivery.record.len(), replaced)?;
+            if let Some(endpoint) = &delivery.dead_of {
+                self.dead.insert(dead_key(endpoint, delivery.id.to_bytes()).as_slice(), [].as_slice())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the state's pieces as chunks numbered from 0 and removes the
+    /// chunks of the previous state past them.
+    fn replace_state<S: AsRef<[u8]>>(&mut self, state: impl IntoIterator<Item = S>) -> Result<(), Error> {
+        let mut number = 0;
+        for piece in state {
+            for chunk in piece.as_ref().chunks(STATE_CHUNK_BYTES) {
+                self.state.insert(chunk_key(number).as_slice(), chunk)?;
+                number += 1;
+            }
+        }
+        while self.state.remove(chunk_key(number).as_slice())?.is_some() {
+            number += 1;
+        }
+        Ok(())
+    }
+}
+
+fn check_record(record: &[u8], limit: usize) -> Result<(), Error> {
+    if record.len() > limit {
+        return Err(Error::RecordTooLarge { len: record.len(), limit });
+    }
+    Ok(())
+}
+
+/// Counts a put of `len` bytes that replaced a record of `replaced` bytes,
+/// if any.
+fn count_put(records: &mut u64, bytes: &mut u64, len: usize, replaced: Option<usize>) -> Result<(), Error> {
+    if let Some(old) = replaced {
+        count_removal(records, bytes, old)?;
+    }
+    *records += 1;
+    *bytes += len as u64;
+    Ok(())
+}
+
+/// Counts the removal of a record of `len` bytes. Counts below what the
+/// tables hold mean a damaged file, not a reason to panic.
+fn count_removal(records: &mut u64, bytes: &mut u64, len: usize) -> Result<(), Error> {
+    match (records.checked_sub(1), bytes.checked_sub(len as u64)) {
+        (Some(fewer), Some(less)) => {
+            (*records, *bytes) = (fewer, less);
+            Ok(())
+        }
+        _ => Err(Error::Corrupt("the history store's counts are below what its tables hold".into())),
+    }
+}
+
+fn begin_write(db: &redb::Database, durability: Durability) -> Result<redb::WriteTransaction, Error> {
+    let mut tx = db.begin_write()?;
+    tx.set_durability(durability)?;
+    Ok(tx)
+}
+
+impl RedbHistory {
+    /// Opens the store at `path`, creating the file and its tables on the
+    /// first open. `cache_bytes` bounds redb's page cache
+    /// ([`DEFAULT_CACHE_BYTES`] unless measured otherwise).
+    pub fn open(path: &Path, cache_bytes: usize) -> Result<Self, Error> {
+        let db = redb::Database::builder().set_cache_size(cache_bytes).create(path)?;
+        let tx = begin_write(&db, Durability::Immediate)?;
+        let fresh = {
+            let mut tables = WriteTables::open(&tx)?;
+            match read_format(&tables.meta)? {
+                Some(found) if found != FORMAT_VERSION => {
+                    return Err(Error::UnsupportedFormat {
+                        store: format!("history store {}", path.display()),
+                        found,
+                        expected: FORMAT_VERSION,
+                    });
+                }
+                Some(_) => false,
+                None if tables.meta.is_empty()? => {
+                    tables.meta.insert(META_FORMAT, FORMAT_VERSION.to_be_bytes().as_slice())?;
+                    write_counts(&mut tables.meta, StoreCounts::default())?;
+                    true
+                }
+                None => return Err(missing_meta(META_FORMAT)),
+            }
+        };
+        if fresh {
+            tx.commit()?;
+        } else {
+            tx.abort()?;
+        }
+        Ok(Self { db, path: path.to_path_buf(), record_limit: MAX_RECORD_BYTES })
+    }
+
+    /// The file the store is in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Applies `flush` (removals, then puts), replaces the stored state by
+    /// `state` (its pieces, concatenated, are the state; each is split into
+    /// chunks of at most [`STATE_CHUNK_BYTES`], so pass large pieces) and
+    /// the applied log position by `applied`, in one transaction that is
+    /// durable when this returns. On an error nothing of it is written.
+    /// Returns what the store holds after.
+    ///
+    /// A put over a stored record keeps the old record's index rows unless
+    /// the flush also removes it, as the history does for a record it took
+    /// back. Flushes take turns with each other (redb has one write
+    /// transaction at a time); reads and views go on beside them.
+    pub fn flush<S: AsRef<[u8]>>(
+        &self,
+        flush: &Flush,
+        state: impl IntoIterator<Item = S>,
+        applied: &[u8],
+    ) -> Result<StoreCounts, Error> {
+        check_record(applied, self.record_limit)?;
+        let tx = begin_write(&self.db, Durability::Immediate)?;
+        let counts = {
+            let mut tables = WriteTables::open(&tx)?;
+            let mut counts = read_counts(&tables.meta)?;
+            tables.apply(flush, &mut counts, self.record_limit)?;
+            write_counts(&mut tables.meta, counts)?;
+            tables.replace_state(state)?;
+            tables.meta.insert(META_APPLIED, applied)?;
+            counts
+        };
+        tx.commit()?;
+        Ok(counts)
+    }
+
+    /// A consistent read of the latest commit, unchanged by later flushes.
+    /// While it is open, pages the flushes free are not reused, so the file
+    /// grows by what they free: drop it once done.
+    pub fn view(&self) -> Result<HistoryView, Error> {
+        Ok(HistoryView { tx: self.db.begin_read()? })
+    }
+
+    /// Builds a fresh store at `path`, which must not exist, from a stream
+    /// that [`HistoryView::export`] wrote. Rows are committed every 64 MiB
+    /// without syncing; the last commit, made only once the checksum and
+    /// the counts matched, is durable, and so is the file's name. On an
+    /// error the partial file is removed.
+    ///
+    /// A crash during an import leaves a file at `path` that is not a
+    /// complete store: remove it before importing again.
+    pub fn import(reader: &mut impl Read, path: &Path, cache_bytes: usize) -> Result<Self, Error> {
+        let created = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
+        drop(created.map_err(|source| Error::File { what: "create", path: path.to_path_buf(), source })?);
+        let imported = redb::Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(Error::from)
+            .and_then(|db| load(&db, reader).map(|()| db))
+            .and_then(|db| sync_dir(parent_dir(path)).map(|()| db));
+        match imported {
+            Ok(db) => Ok(Self { db, path: path.to_path_buf(), record_limit: MAX_RECORD_BYTES }),
+            Err(e) => {
+                // The database is closed by now; a failure to remove what it
+                // left is less to report than why the import stopped.
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts the file at `new_path` (an imported store) in place of
+    /// `live_path`, atomically, and syncs the directory so the swap
+    /// survives a crash. Both must be on one filesystem (best, in one
+    /// directory). A handle open on the old file goes on reading it until
+    /// dropped; the handle [`import`](Self::import) returned reads the new
+    /// one wherever it is named.
+    pub fn replace(live_path: &Path, new_path: &Path) -> Result<(), Error> {
+        rename_durably(new_path, live_path)
+    }
+
+    #[cfg(test)]
+    fn with_record_limit(mut self, limit: usize) -> Self {
+        self.record_limit = limit;
+        self
+    }
+}
+
+/// Every read of the latest commit, each in a read transaction of its own.
+impl HistoryStore for RedbHistory {
+    fn event(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.view().map_err(store_error)?.event(id)
+    }
+
+    fn delivery(&self, id: &DeliveryId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.view().map_err(store_error)?.delivery(id)
+    }
+
+    fn events(
+        &self,
+        range: IdRange<EventId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<(EventId, Vec<u8>)>, StoreError> {
+        self.view().map_err(store_error)?.events(range, newest_first, limit)
+    }
+
+    fn deliveries(
+        &self,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryId, Vec<u8>)>, StoreError> {
+        self.view().map_err(store_error)?.deliveries(range, newest_first, limit)
+    }
+
+    fn dead(
+        &self,
+        endpoint: &EndpointId,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<DeliveryId>, StoreError> {
+        self.view().map_err(store_error)?.dead(endpoint, range, newest_first, limit)
+    }
+
+    fn received(&self, after: Option<(u64, EventId)>, limit: usize) -> Result<Vec<(u64, EventId)>, StoreError> {
+        self.view().map_err(store_error)?.received(after, limit)
+    }
+
+    fn counts(&self) -> Result<StoreCounts, StoreError> {
+        self.view().map_err(store_error)?.counts()
+    }
+}
+
+fn store_error(error: Error) -> StoreError {
+    StoreError(error.to_string())
+}
+
+// --- a point-in-time view ---------------------------------------------------------
+
+/// One commit of the store, read in one redb read transaction: every read
+/// and an export see the same cut however many flushes commit meanwhile.
+pub struct HistoryView {
+    tx: ReadTransaction,
+}
+
+impl std::fmt::Debug for HistoryView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistoryView").finish_non_exhaustive()
+    }
+}
+
+impl HistoryView {
+    fn table(&self, table: Table) -> Result<ReadRows, Error> {
+        Ok(self.tx.open_table(table.definition())?)
+    }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.table(table)?.get(key)?.map(|value| value.value().to_vec()))
+    }
+
+    /// Up to `limit` rows of `table` within the bounds, in key order or
+    /// the reverse, each turned into a `T` by `row`.
+    fn page<T>(
+        &self,
+        table: Table,
+        (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
+        newest_first: bool,
+        limit: usize,
+        mut row: impl FnMut(&[u8], &[u8]) -> Result<T, Error>,
+    ) -> Result<Vec<T>, Error> {
+        if limit == 0 || is_empty_range(lower, upper) {
+            return Ok(Vec::new());
+        }
+        let rows = self.table(table)?;
+        let range = rows.range((lower, upper))?;
+        let range: Box<dyn Iterator<Item = _>> = if newest_first { Box::new(range.rev()) } else { Box::new(range) };
+        let mut page = Vec::new();
+        for entry in range.take(limit) {
+            let (key, value) = entry?;
+            page.push(row(key.value(), value.value())?);
+        }
+        Ok(page)
+    }
+
+    fn counts_of_view(&self) -> Result<StoreCounts, Error> {
+        read_counts(&self.table(Table::Meta)?)
+    }
+
+    /// The stored state's chunks in order; concatenated, they are the
+    /// state of the flush this view reads (empty before any flush).
+    pub fn state_chunks(&self) -> Result<impl Iterator<Item = Result<Vec<u8>, Error>> + use<>, Error> {
+        let rows = self.table(Table::State)?.range_owned(..)?;
+        Ok(rows.zip(0u64..).map(|(entry, number)| {
+            let (key, value) = entry?;
+            if key.value() != chunk_key(number) {
+                return Err(Error::Corrupt(format!("the history store's state lacks its chunk {number}")));
+            }
+            Ok(value.value().to_vec())
+        }))
+    }
+
+    /// The stored state, whole.
+    pub fn state(&self) -> Result<Vec<u8>, Error> {
+        let mut state = Vec::new();
+        for chunk in self.state_chunks()? {
+            state.extend_from_slice(&chunk?);
+        }
+        Ok(state)
+    }
+
+    /// The applied log position the flush this view reads stored with it,
+    /// as it was given; none before the first flush.
+    pub fn applied(&self) -> Result<Option<Vec<u8>>, Error> {
+        self.get(Table::Meta, META_APPLIED)
+    }
+
+    /// Writes every row of every table of this view to `out` as one stream
+    /// (see the module's comment), holding one row at a time, and returns
+    /// the bytes written.
+    pub fn export(&self, out: &mut impl Write) -> Result<u64, Error> {
+        let mut stream = StreamWriter::new(out);
+        stream.header(self.counts_of_view()?)?;
+        for table in Table::ALL {
+            stream.table(table)?;
+            for entry in self.table(table)?.range(..)? {
+                let (key, value) = entry?;
+                stream.row(key.value(), value.value())?;
+            }
+        }
+        stream.end()
+    }
+}
+
+impl HistoryStore for HistoryView {
+    fn event(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(Table::Events, &id.to_bytes()).map_err(store_error)
+    }
+
+    fn delivery(&self, id: &DeliveryId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(Table::Deliveries, &id.to_bytes()).map_err(store_error)
+    }
+
+    fn events(
+        &self,
+        range: IdRange<EventId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<(EventId, Vec<u8>)>, StoreError> {
+        let bounds = id_bounds(&range, EventId::to_bytes);
+        self.page(Table::Events, as_slices(&bounds), newest_first, limit, |key, value| {
+            Ok((EventId::from_bytes(id16(Table::Events, key)?), value.to_vec()))
+        })
+        .map_err(store_error)
+    }
+
+    fn deliveries(
+        &self,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryId, Vec<u8>)>, StoreError> {
+        let bounds = id_bounds(&range, DeliveryId::to_bytes);
+        self.page(Table::Deliveries, as_slices(&bounds), newest_first, limit, |key, value| {
+            Ok((DeliveryId::from_bytes(id16(Table::Deliveries, key)?), value.to_vec()))
+        })
+        .map_err(store_error)
+    }
+
+    fn dead(
+        &self,
+        endpoint: &EndpointId,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<DeliveryId>, StoreError> {
+        let bounds = dead_bounds(endpoint, &range);
+        self.page(Table::Dead, as_slices(&bounds), newest_first, limit, |key, _| {
+            let id = key.get(16..).ok_or_else(|| bad_key(Table::Dead, key))?;
+            Ok(DeliveryId::from_bytes(id16(Table::Dead, id)?))
+        })
+        .map_err(store_error)
+    }
+
+    fn received(&self, after: Option<(u64, EventId)>, limit: usize) -> Result<Vec<(u64, EventId)>, StoreError> {
+        let lower = after.map_or(Bound::Unbounded, |(at, id)| Bound::Excluded(time_key(at, &id)));
+        let bounds = (lower, Bound::Unbounded);
+        self.page(Table::ByTime, as_slices(&bounds), false, limit, |key, _| parse_time_key(key)).map_err(store_error)
+    }
+
+    fn counts(&self) -> Result<StoreCounts, StoreError> {
+        self.counts_of_view().map_err(store_error)
+    }
+}
+
+// --- the stream ---------------------------------------------------------------
+
+/// What a stream's header says the store holds.
+type Header = StoreCounts;
+
+/// Bytes of buffer between a stream and its reader or writer.
+const STREAM_BUFFER_BYTES: usize = 256 << 10;
+
+/// Writes a stream's frames, hashing every byte for the end's checksum.
+struct StreamWriter<W: Write> {
+    out: BufWriter<W>,
+    hash: Sha256,
+    written: u64,
+}
+
+impl<W: Write> StreamWriter<W> {
+    fn new(out: W) -> Self {
+        Self { out: BufWriter::with_capacity(STREAM_BUFFER_BYTES, out), hash: Sha256::new(), written: 0 }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.hash.update(bytes);
+        self.out.write_all(bytes).map_err(|source| Error::Stream { what: "write", source })?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn header(&mut self, counts: Header) -> Result<(), Error> {
+        self.put(&STREAM_MAGIC)?;
+        self.put(&STREAM_VERSION.to_be_bytes())?;
+        self.put(&counts.events.to_be_bytes())?;
+        self.put(&counts.deliveries.to_be_bytes())?;
+        self.put(&counts.bytes.to_be_bytes())
+    }
+
+    fn table(&mut self, table: Table) -> Result<(), Error> {
+        self.put(&[FRAME_TABLE, table.tag()])
+    }
+
+    fn row(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.put(&[FRAME_ROW])?;
+        self.put(&frame_len(key)?.to_be_bytes())?;
+        self.put(key)?;
+        self.put(&frame_len(value)?.to_be_bytes())?;
+        self.put(value)
+    }
+
+    /// Writes the end and its checksum, flushes, and returns the bytes
+    /// written in all.
+    fn end(mut self) -> Result<u64, Error> {
+        self.put(&[FRAME_END])?;
+        let checksum = self.hash.finalize();
+        self.out.write_all(&checksum).map_err(|source| Error::Stream { what: "write", source })?;
+        self.out.flush().map_err(|source| Error::Stream { what: "write", source })?;
+        Ok(self.written + checksum.len() as u64)
+    }
+}
+
+fn frame_len(bytes: &[u8]) -> Result<u32, Error> {
+    u32::try_from(bytes.len()).map_err(|_| Error::Corrupt(format!("a history row of {} bytes", bytes.len())))
+}
+
+/// One frame of a stream; a row's key and value are in the reader's buffers.
+#[derive(Debug, PartialEq, Eq)]
+enum Frame {
+    Table(Table),
+    Row,
+    End,
+}
+
+/// Reads a stream's frames, hashing every byte, refusing what an export
+/// never writes before it allocates for it.
+struct StreamReader<R: Read> {
+    input: BufReader<R>,
+    hash: Sha256,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+impl<R: Read> StreamReader<R> {
+    fn new(input: R) -> Self {
+        Self {
+            input: BufReader::with_capacity(STREAM_BUFFER_BYTES, input),
+            hash: Sha256::new(),
+            key: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+
+    fn read_raw(&mut self, buf: &mut [u8]) -> Result<(), Error> {
+        self.input.read_exact(buf).map_err(|source| match source.kind() {
+            std::io::ErrorKind::UnexpectedEof => Error::StreamRefused("it ends before its end".into()),
+            _ => Error::Stream { what: "read", source },
+        })
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+        let mut bytes = [0; N];
+        self.read_raw(&mut bytes)?;
+        self.hash.update(bytes);
+        Ok(bytes)
+    }
+
+    fn take_u64(&mut self) -> Result<u64, Error> {
+        self.take().map(u64::from_be_bytes)
+    }
+
+    /// Reads a length-prefixed field of at most `limit` bytes into `field`.
+    fn take_field(&mut self, limit: usize, field: Field) -> Result<(), Error> {
+        let len = u32::from_be_bytes(self.take()?) as usize;
+        if len > limit {
+            return Err(Error::StreamRefused(format!("a row's {field:?} of {len} bytes, past the {limit} allowed")));
+        }
+        let mut buf = std::mem::take(match field {
+            Field::Key => &mut self.key,
+            Field::Value => &mut self.value,
+        });
+        buf.resize(len, 0);
+        let read = self.read_raw(&mut buf);
+        self.hash.update(&buf);
+        match field {
+            Field::Key => self.key = buf,
+            Field::Value => self.value = buf,
+        }
+        read
+    }
+
+    fn header(&mut self) -> Result<Header, Error> {
+        if self.take::<8>()? != STREAM_MAGIC {
+            return Err(Error::StreamRefused("it is not a history stream".into()));
+        }
+        let version = u32::from_be_bytes(self.take()?);
+        if version != STREAM_VERSION {
+            return Err(Error::UnsupportedFormat {
+                store: "history stream".into(),
+                found: version,
+                expected: STREAM_VERSION,
+            });
+        }
+        Ok(StoreCounts { events: self.take_u64()?, deliveries: self.take_u64()?, bytes: self.take_u64()? })
+    }
+
+    /// The next frame; a row of `table` is checked against its limits.
+    fn next(&mut self, table: Option<Table>) -> Result<Frame, Error> {
+        let [kind] = self.take()?;
+        match kind {
+            FRAME_TABLE => {
+                let [tag] = self.take()?;
+                let table = Table::ALL
+                    .into_iter()
+                    .find(|table| table.tag() == tag)
+                    .ok_or_else(|| Error::StreamRefused(format!("an unknown table {tag}")))?;
+                Ok(Frame::Table(table))
+            }
+            FRAME_ROW => {
+                let table = table.ok_or_else(|| Error::StreamRefused("a row before any table".into()))?;
+                self.take_field(MAX_KEY_BYTES, Field::Key)?;
+                self.take_field(table.value_limit(), Field::Value)?;
+                Ok(Frame::Row)
+            }
+            FRAME_END => {
+                let expected = self.hash.clone().finalize();
+                let mut checksum = [0; 32];
+                self.read_raw(&mut checksum)?;
+                if checksum[..] != expected[..] {
+                    return Err(Error::StreamRefused("its checksum does not match".into()));
+                }
+                let mut after = [0; 1];
+                match self.input.read(&mut after) {
+                    Ok(0) => Ok(Frame::End),
+                    Ok(_) => Err(Error::StreamRefused("bytes follow its end".into())),
+                    Err(source) => Err(Error::Stream { what: "read", source }),
+                }
+            }
+            other => Err(Error::StreamRefused(format!("an unknown frame {other:#04x}"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    Key,
+    Value,
+}
+
+/// Where an import is in its stream: checks that tables come once each,
+/// in order, with their rows in strictly increasing key order.
+#[derive(Default)]
+struct Progress {
+    /// The table whose rows are being read.
+    table: Option<Table>,
+    /// How many tables have begun.
+    tables: usize,
+    last_key: Option<Vec<u8>>,
+    /// Bytes of the records read, against the header's count.
+    record_bytes: u64,
+    /// Bytes written since the last commit.
+    uncommitted: u64,
+}
+
+impl Progress {
+    fn begin_table(&mut self, table: Table) -> Result<(), Error> {
+        if Table::ALL.get(self.tables) != Some(&table) {
+            return Err(Error::StreamRefused(format!("table {} out of order", table.name())));
+        }
+        self.tables += 1;
+        self.table = Some(table);
+        self.last_key = None;
+        Ok(())
+    }
+
+    /// Checks a row of the current table and counts it.
+    fn row(&mut self, key: &[u8], value: &[u8]) -> Result<Table, Error> {
+        let table = self.table.ok_or_else(|| Error::StreamRefused("a row before any table".into()))?;
+        if table.key_len().is_some_and(|len| len != key.len()) {
+            return Err(Error::StreamRefused(format!("a key of {} bytes in table {}", key.len(), table.name())));
+        }
+        if self.last_key.as_deref().is_some_and(|last| last >= key) {
+            return Err(Error::StreamRefused(format!("keys out of order in table {}", table.name())));
+        }
+        match &mut self.last_key {
+            Some(last) => {
+                last.clear();
+                last.extend_from_slice(key);
+            }
+            None => self.last_key = Some(key.to_vec()),
+        }
+        if table.holds_records() {
+            self.record_bytes += value.len() as u64;
+        }
+        self.uncommitted += (key.len() + value.len()) as u64;
+        Ok(table)
+    }
+
+    fn all_tables(&self) -> bool {
+        self.tables == Table::ALL.len()
+    }
+}
+
+/// Loads a stream into the fresh database `db`: rows in transactions of
+/// about [`IMPORT_COMMIT_BYTES`] committed without a sync, then, once the
+/// end's checksum and the counts are right, the last one durably.
+fn load(db: &redb::Database, input: &mut impl Read) -> Result<(), Error> {
+    let mut stream = StreamReader::new(input);
+    let header = stream.header()?;
+    let mut progress = Progress::default();
+    loop {
+        let tx = begin_write(db, Durability::None)?;
+        let ended = load_some(&tx, &mut stream, &mut progress)?;
+        if ended {
+            check_loaded(&tx, &header, &progress)?;
+            let mut tx = tx;
+            tx.set_durability(Durability::Immediate)?;
+            tx.commit()?;
+            return Ok(());
+        }
+        tx.commit()?;
+        progress.uncommitted = 0;
+    }
+}
+
+/// Writes rows into `tx` until the stream ends (true) or about
+/// [`IMPORT_COMMIT_BYTES`] are written (false).
+fn load_some<R: Read>(
+    tx: &redb::WriteTransaction,
+    stream: &mut StreamReader<R>,
+    progress: &mut Progress,
+) -> Result<bool, Error> {
+    let mut rows = progress.table.map(|table| tx.open_table(table.definition())).transpose()?;
+    while progress.uncommitted < IMPORT_COMMIT_BYTES {
+        match stream.next(progress.table)? {
+            Frame::Table(table) => {
+                progress.begin_table(table)?;
+                rows = Some(tx.open_table(table.definition())?);
+            }
+            Frame::Row => {
+                progress.row(&stream.key, &stream.value)?;
+                let rows = rows.as_mut().ok_or_else(|| Error::StreamRefused("a row before any table".into()))?;
+                rows.insert(stream.key.as_slice(), stream.value.as_slice())?;
+            }
+            Frame::End if progress.all_tables() => return Ok(true),
+            Frame::End => return Err(Error::StreamRefused("it ends before its last table".into())),
+        }
+    }
+    Ok(false)
+}
+
+/// Checks the loaded store against the stream's header before the last
+/// commit: the counts stored in `meta`, the tables' lengths and the bytes
+/// of the records read must all say the same.
+fn check_loaded(tx: &redb::WriteTransaction, header: &Header, progress: &Progress) -> Result<(), Error> {
+    let meta = tx.open_table(Table::Meta.definition())?;
+    match read_format(&meta)? {
+        Some(FORMAT_VERSION) => {}
+        found => {
+            return Err(Error::StreamRefused(format!(
+                "its store has format {found:?}, this build reads {FORMAT_VERSION}"
+            )));
+        }
+    }
+    let stored = read_counts(&meta)?;
+    let loaded = StoreCounts {
+        events: tx.open_table(Table::Events.definition())?.len()?,
+        deliveries: tx.open_table(Table::Deliveries.definition())?.len()?,
+        bytes: progress.record_bytes,
+    };
+    if stored != *header || loaded != *header {
+        return Err(Error::StreamRefused(format!(
+            "its header counts {header:?}, its meta {stored:?}, its rows {loaded:?}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
