@@ -14,46 +14,752 @@
 //! pruned.
 //!
 //! Records are kept as their bincode encoding (the log's and the
-//! snapshot's, `bincode::config::standard()`): about a third of a decoded
-//! record's footprint, and the form an on-disk store keeps them in
-//! (design note 61). The indexes beside them (by time received, the dead
-//! deliveries of each endpoint) are derived: never encoded, rebuilt when a
-//! snapshot is decoded, which also checks every record decodes, so a read
-//! after that cannot fail.
+//! snapshot's, `bincode::config::standard()`), the form an on-disk store
+//! keeps them in (design note 61). The indexes beside them (by time
+//! received, the dead deliveries of each endpoint) are derived: never
+//! encoded, rebuilt when a snapshot is decoded, which also checks every
+//! record decodes, so a read after that cannot fail.
+//!
+//! **Layers.** The history is the changes of its `open` layer over those
+//! of a `sealed` one over a [`HistoryStore`] (each optional but the first):
+//! the newest layer that names a record decides whether it is there (a put)
+//! or not (a removal). Without a store everything is in the open layer and
+//! no removal is ever kept. With one, [`History::seal`] hands the open
+//! layer's changes to whoever flushes them to the store, as a [`Flush`],
+//! and keeps them readable until [`History::flushed`] says the store
+//! committed them; the reads are right at every moment in between, since
+//! the sealed layer and the store then agree.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use serde::de::{DeserializeOwned, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::dense::{DenseMap, DenseSet};
+use super::history_store::{Flush, HistoryStore, StoredDelivery, StoredEvent};
+use super::settle::merged;
+use crate::dense::DenseMap;
 use crate::ids::{DeliveryId, EndpointId, EventId};
 use crate::model::{Delivery, DeliveryState, Event};
 
 /// A range of ids, as the listings ask for them.
 pub type IdRange<T> = (Bound<T>, Bound<T>);
 
+/// Rows a read of the store asks for at a time while a walk goes on (a
+/// few in tests, so their walks cross pages).
+const STORE_PAGE: usize = if cfg!(test) { 3 } else { 256 };
+
 /// Finished events and deliveries, encoded. See the module's comment.
-#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "Stored")]
+#[derive(Clone, Default)]
 pub struct History {
-    events: DenseMap<EventId, Blob>,
-    deliveries: DenseMap<DeliveryId, Blob>,
-    /// `(received_at_ms, id)` of every event: retention's order.
-    #[serde(skip)]
-    by_time: DenseSet<(u64, EventId)>,
-    /// The dead deliveries of each endpoint, in id order.
-    #[serde(skip)]
-    dead: BTreeMap<EndpointId, DenseSet<DeliveryId>>,
+    open: Layer,
+    sealed: Option<Arc<Layer>>,
+    store: Option<Arc<dyn HistoryStore>>,
+    /// What the three hold together.
+    counts: Counts,
+}
+
+/// What the history holds, all layers together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Counts {
+    events: u64,
+    deliveries: u64,
     /// Bytes of the encoded records.
-    #[serde(skip)]
     bytes: u64,
+    /// Dead deliveries of each endpoint.
+    dead: BTreeMap<EndpointId, u64>,
+}
+
+/// One layer's changes; its indexes list every record it names, `true`
+/// where its put is in the index (a removal, or a put not in the dead
+/// index over one that was, is `false`).
+#[derive(Clone, Default)]
+struct Layer {
+    events: DenseMap<EventId, EventChange>,
+    deliveries: DenseMap<DeliveryId, DeliveryChange>,
+    by_time: DenseMap<(u64, EventId), bool>,
+    dead: BTreeMap<EndpointId, DenseMap<DeliveryId, bool>>,
+}
+
+#[derive(Clone)]
+enum EventChange {
+    /// `replaces`: the layer below holds another version, which a flush
+    /// removes first.
+    Put {
+        received_at_ms: u64,
+        blob: Blob,
+        replaces: bool,
+    },
+    Removed {
+        received_at_ms: u64,
+    },
+}
+
+/// `dead_of` is the endpoint of a dead delivery (its row in the dead index).
+#[derive(Clone)]
+enum DeliveryChange {
+    Put { dead_of: Option<EndpointId>, blob: Blob, replaces: Option<Option<EndpointId>> },
+    Removed { dead_of: Option<EndpointId> },
+}
+
+/// A record found in a layer (borrowed) or read from the store (owned).
+enum Found<'a> {
+    Held(&'a Blob),
+    Read(Vec<u8>),
+}
+
+impl Found<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Found::Held(blob) => &blob.0,
+            Found::Read(bytes) => bytes,
+        }
+    }
+
+    fn record<T: DeserializeOwned>(&self) -> T {
+        decode(self.bytes()).expect("history records are checked when they enter the state")
+    }
+}
+
+/// What a layer says of a record: there (with it), gone, or nothing.
+enum Says<'a> {
+    Put(&'a Blob),
+    Removed,
+    Nothing,
+}
+
+impl Layer {
+    fn event(&self, id: &EventId) -> Says<'_> {
+        match self.events.get(id) {
+            Some(EventChange::Put { blob, .. }) => Says::Put(blob),
+            Some(EventChange::Removed { .. }) => Says::Removed,
+            None => Says::Nothing,
+        }
+    }
+
+    fn delivery(&self, id: &DeliveryId) -> Says<'_> {
+        match self.deliveries.get(id) {
+            Some(DeliveryChange::Put { blob, .. }) => Says::Put(blob),
+            Some(DeliveryChange::Removed { .. }) => Says::Removed,
+            None => Says::Nothing,
+        }
+    }
+
+    fn set_dead(&mut self, endpoint: EndpointId, id: DeliveryId, dead: bool) {
+        self.dead.entry(endpoint).or_default().insert(id, dead);
+    }
+
+    fn forget_dead(&mut self, endpoint: &EndpointId, id: &DeliveryId) {
+        if let Some(map) = self.dead.get_mut(endpoint) {
+            map.remove(id);
+            if map.is_empty() {
+                self.dead.remove(endpoint);
+            }
+        }
+    }
+
+    /// `newer`'s changes over this layer's: what both say, as one layer.
+    fn absorb(&mut self, newer: Layer) {
+        for (id, change) in newer.events {
+            let change = match (change, self.events.get(&id)) {
+                (EventChange::Put { received_at_ms, blob, .. }, Some(EventChange::Removed { .. })) => {
+                    EventChange::Put { received_at_ms, blob, replaces: true }
+                }
+                (EventChange::Put { received_at_ms, blob, .. }, Some(EventChange::Put { replaces, .. })) => {
+                    EventChange::Put { received_at_ms, blob, replaces: *replaces }
+                }
+                (change, _) => change,
+            };
+            self.events.insert(id, change);
+        }
+        for (id, change) in newer.deliveries {
+            let change = match (change, self.deliveries.get(&id)) {
+                (DeliveryChange::Put { dead_of, blob, .. }, Some(DeliveryChange::Removed { dead_of: was })) => {
+                    DeliveryChange::Put { dead_of, blob, replaces: Some(*was) }
+                }
+                (DeliveryChange::Put { dead_of, blob, .. }, Some(DeliveryChange::Put { replaces, .. })) => {
+                    DeliveryChange::Put { dead_of, blob, replaces: *replaces }
+                }
+                // A removal of this layer's own put: what it replaced is
+                // what the store holds.
+                (DeliveryChange::Removed { .. }, Some(DeliveryChange::Put { replaces: Some(was), .. })) => {
+                    DeliveryChange::Removed { dead_of: *was }
+                }
+                (change, _) => change,
+            };
+            self.deliveries.insert(id, change);
+        }
+        for (key, there) in newer.by_time {
+            self.by_time.insert(key, there);
+        }
+        for (endpoint, map) in newer.dead {
+            for (id, dead) in map {
+                self.set_dead(endpoint, id, dead);
+            }
+        }
+    }
+
+    /// What a flush of this layer writes.
+    fn flush(&self) -> Flush {
+        let mut flush = Flush::default();
+        for (id, change) in &self.events {
+            match change {
+                EventChange::Put { received_at_ms, blob, replaces } => {
+                    if *replaces {
+                        flush.removed_events.push((*received_at_ms, *id));
+                    }
+                    flush.events.push(StoredEvent {
+                        id: *id,
+                        received_at_ms: *received_at_ms,
+                        record: blob.0.to_vec(),
+                    });
+                }
+                EventChange::Removed { received_at_ms } => flush.removed_events.push((*received_at_ms, *id)),
+            }
+        }
+        for (id, change) in &self.deliveries {
+            match change {
+                DeliveryChange::Put { dead_of, blob, replaces } => {
+                    if let Some(was) = replaces {
+                        flush.removed_deliveries.push((*id, *was));
+                    }
+                    flush.deliveries.push(StoredDelivery { id: *id, dead_of: *dead_of, record: blob.0.to_vec() });
+                }
+                DeliveryChange::Removed { dead_of } => flush.removed_deliveries.push((*id, *dead_of)),
+            }
+        }
+        flush
+    }
+}
+
+/// The dead-index row of a delivery, if it has one.
+fn dead_of(delivery: &Delivery) -> Option<EndpointId> {
+    (delivery.state == DeliveryState::Dead).then_some(delivery.endpoint_id)
+}
+
+/// Walks a store's pages of a range, one page at a time, in either order.
+fn paged<'a, K: Copy + 'a, V: 'a>(
+    range: IdRange<K>,
+    newest_first: bool,
+    mut fetch: impl FnMut(IdRange<K>, usize) -> Vec<(K, V)> + 'a,
+    key: impl Fn(&(K, V)) -> K + 'a,
+) -> impl Iterator<Item = (K, V)> + 'a {
+    let mut range = Some(range);
+    let mut page = std::collections::VecDeque::new();
+    std::iter::from_fn(move || {
+        if page.is_empty() {
+            let current = range.take()?;
+            let rows = fetch(current, STORE_PAGE);
+            // A full page: the rest of the range lies past its last row.
+            if let Some(last) = rows.last().map(&key)
+                && rows.len() == STORE_PAGE
+            {
+                range = Some(if newest_first {
+                    (current.0, Bound::Excluded(last))
+                } else {
+                    (Bound::Excluded(last), current.1)
+                });
+            }
+            page.extend(rows);
+        }
+        page.pop_front()
+    })
+}
+
+impl History {
+    fn layers(&self) -> impl Iterator<Item = &Layer> {
+        std::iter::once(&self.open).chain(self.sealed.as_deref())
+    }
+
+    /// Finished events held.
+    pub fn event_count(&self) -> usize {
+        self.counts.events as usize
+    }
+
+    /// Deliveries of finished events held.
+    pub fn delivery_count(&self) -> usize {
+        self.counts.deliveries as usize
+    }
+
+    /// Bytes of the encoded records.
+    pub fn bytes(&self) -> u64 {
+        self.counts.bytes
+    }
+
+    /// Bytes of the encoded records held in memory (the layers), the rest
+    /// being in the store.
+    pub fn held_bytes(&self) -> u64 {
+        self.layers()
+            .flat_map(|layer| {
+                let events = layer.events.values().map(|c| match c {
+                    EventChange::Put { blob, .. } => blob.len(),
+                    EventChange::Removed { .. } => 0,
+                });
+                let deliveries = layer.deliveries.values().map(|c| match c {
+                    DeliveryChange::Put { blob, .. } => blob.len(),
+                    DeliveryChange::Removed { .. } => 0,
+                });
+                events.chain(deliveries).collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
+    fn found_event(&self, id: &EventId) -> Option<Found<'_>> {
+        for layer in self.layers() {
+            match layer.event(id) {
+                Says::Put(blob) => return Some(Found::Held(blob)),
+                Says::Removed => return None,
+                Says::Nothing => {}
+            }
+        }
+        let store = self.store.as_ref()?;
+        store.event(id).expect("the history store answers").map(Found::Read)
+    }
+
+    fn found_delivery(&self, id: &DeliveryId) -> Option<Found<'_>> {
+        for layer in self.layers() {
+            match layer.delivery(id) {
+                Says::Put(blob) => return Some(Found::Held(blob)),
+                Says::Removed => return None,
+                Says::Nothing => {}
+            }
+        }
+        let store = self.store.as_ref()?;
+        store.delivery(id).expect("the history store answers").map(Found::Read)
+    }
+
+    /// Whether the layers below the open one, or the store, hold `id`.
+    fn below_holds_event(&self, id: &EventId) -> bool {
+        if let Some(sealed) = &self.sealed {
+            match sealed.event(id) {
+                Says::Put(_) => return true,
+                Says::Removed => return false,
+                Says::Nothing => {}
+            }
+        }
+        self.store.as_ref().is_some_and(|s| s.event(id).expect("the history store answers").is_some())
+    }
+
+    /// The dead-index row the version of `id` below the open layer has:
+    /// `None` when nothing below holds it, `Some(row)` when something does.
+    fn below_delivery(&self, id: &DeliveryId) -> Option<Option<EndpointId>> {
+        if let Some(sealed) = &self.sealed {
+            match sealed.deliveries.get(id) {
+                Some(DeliveryChange::Put { dead_of, .. }) => return Some(*dead_of),
+                Some(DeliveryChange::Removed { .. }) => return None,
+                None => {}
+            }
+        }
+        let record = self.store.as_ref()?.delivery(id).expect("the history store answers")?;
+        let delivery: Delivery = decode(&record).expect("history records are checked when they enter the state");
+        Some(dead_of(&delivery))
+    }
+
+    pub fn contains_event(&self, id: &EventId) -> bool {
+        self.found_event(id).is_some()
+    }
+
+    pub fn contains_delivery(&self, id: &DeliveryId) -> bool {
+        self.found_delivery(id).is_some()
+    }
+
+    pub fn event(&self, id: &EventId) -> Option<Event> {
+        self.found_event(id).map(|f| f.record())
+    }
+
+    pub fn delivery(&self, id: &DeliveryId) -> Option<Delivery> {
+        self.found_delivery(id).map(|f| f.record())
+    }
+
+    /// The records of `range` in every layer and the store, newest layer
+    /// first where they overlap, removals dropped.
+    fn layered<'a, K: Ord + Copy + 'a>(
+        &'a self,
+        range: IdRange<K>,
+        newest_first: bool,
+        in_layer: impl Fn(&'a Layer, IdRange<K>) -> Box<dyn DoubleEndedIterator<Item = (K, Option<Found<'a>>)> + 'a>,
+        in_store: impl FnMut(&dyn HistoryStore, IdRange<K>, bool, usize) -> Vec<(K, Vec<u8>)> + 'a,
+    ) -> impl Iterator<Item = (K, Found<'a>)> + 'a {
+        let walk = move |iter: Box<dyn DoubleEndedIterator<Item = (K, Option<Found<'a>>)> + 'a>| -> Box<dyn Iterator<Item = (K, Option<Found<'a>>)> + 'a> {
+            if newest_first { Box::new(iter.rev()) } else { iter }
+        };
+        let open = walk(in_layer(&self.open, range));
+        let sealed: Box<dyn Iterator<Item = (K, Option<Found<'a>>)> + 'a> = match self.sealed.as_deref() {
+            Some(layer) => walk(in_layer(layer, range)),
+            None => Box::new(std::iter::empty()),
+        };
+        let store: Box<dyn Iterator<Item = (K, Option<Found<'a>>)> + 'a> = match self.store.as_deref() {
+            Some(store) => {
+                let mut in_store = in_store;
+                let rows =
+                    paged(range, newest_first, move |r, limit| in_store(store, r, newest_first, limit), |(k, _)| *k);
+                Box::new(rows.map(|(k, bytes)| (k, Some(Found::Read(bytes)))))
+            }
+            None => Box::new(std::iter::empty()),
+        };
+        let layers = merged(open, sealed, |(k, _)| *k, newest_first);
+        merged(layers, store, |(k, _)| *k, newest_first).filter_map(|(k, found)| found.map(|f| (k, f)))
+    }
+
+    /// Events with ids in `range`, in id order or newest first, decoded one
+    /// at a time as the caller walks.
+    pub fn events_in(&self, range: IdRange<EventId>, newest_first: bool) -> Box<dyn Iterator<Item = Event> + '_> {
+        Box::new(self.event_rows(range, newest_first).map(|(_, found)| found.record()))
+    }
+
+    fn event_rows(
+        &self,
+        range: IdRange<EventId>,
+        newest_first: bool,
+    ) -> impl Iterator<Item = (EventId, Found<'_>)> + '_ {
+        self.layered(
+            range,
+            newest_first,
+            |layer, range| {
+                Box::new(layer.events.range(range).map(|(id, change)| {
+                    let found = match change {
+                        EventChange::Put { blob, .. } => Some(Found::Held(blob)),
+                        EventChange::Removed { .. } => None,
+                    };
+                    (*id, found)
+                }))
+            },
+            |store, range, newest_first, limit| {
+                store.events(range, newest_first, limit).expect("the history store answers")
+            },
+        )
+    }
+
+    /// Deliveries with ids in `range`, as [`events_in`](Self::events_in).
+    pub fn deliveries_in(
+        &self,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+    ) -> Box<dyn Iterator<Item = Delivery> + '_> {
+        Box::new(self.delivery_rows(range, newest_first).map(|(_, found)| found.record()))
+    }
+
+    fn delivery_rows(
+        &self,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+    ) -> impl Iterator<Item = (DeliveryId, Found<'_>)> + '_ {
+        self.layered(
+            range,
+            newest_first,
+            |layer, range| {
+                Box::new(layer.deliveries.range(range).map(|(id, change)| {
+                    let found = match change {
+                        DeliveryChange::Put { blob, .. } => Some(Found::Held(blob)),
+                        DeliveryChange::Removed { .. } => None,
+                    };
+                    (*id, found)
+                }))
+            },
+            |store, range, newest_first, limit| {
+                store.deliveries(range, newest_first, limit).expect("the history store answers")
+            },
+        )
+    }
+
+    /// The dead deliveries of `endpoint` with ids in `range`, in id order
+    /// or newest first, from the indexes.
+    pub fn dead_of(
+        &self,
+        endpoint: &EndpointId,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+    ) -> Box<dyn Iterator<Item = DeliveryId> + '_> {
+        let endpoint = *endpoint;
+        let rows = self.layered(
+            range,
+            newest_first,
+            move |layer, range| match layer.dead.get(&endpoint) {
+                Some(map) => {
+                    Box::new(map.range(range).map(|(id, dead)| (*id, dead.then_some(Found::Read(Vec::new())))))
+                }
+                None => Box::new(std::iter::empty()),
+            },
+            move |store, range, newest_first, limit| {
+                let ids = store.dead(&endpoint, range, newest_first, limit).expect("the history store answers");
+                ids.into_iter().map(|id| (id, Vec::new())).collect()
+            },
+        );
+        Box::new(rows.map(|(id, _)| id))
+    }
+
+    /// How many dead deliveries of `endpoint` the history holds.
+    pub fn dead_count_of(&self, endpoint: &EndpointId) -> usize {
+        self.counts.dead.get(endpoint).copied().unwrap_or(0) as usize
+    }
+
+    /// How many dead deliveries the history holds: one look per endpoint.
+    pub fn dead_count(&self) -> usize {
+        self.counts.dead.values().sum::<u64>() as usize
+    }
+
+    /// The events received before `before_ms`, oldest first.
+    pub fn received_before(&self, before_ms: u64) -> impl Iterator<Item = EventId> + '_ {
+        fn layer(layer: &Layer) -> Box<dyn Iterator<Item = ((u64, EventId), bool)> + '_> {
+            Box::new(layer.by_time.iter().map(|(key, there)| (*key, *there)))
+        }
+        let sealed: Box<dyn Iterator<Item = ((u64, EventId), bool)> + '_> = match self.sealed.as_deref() {
+            Some(sealed) => layer(sealed),
+            None => Box::new(std::iter::empty()),
+        };
+        let store: Box<dyn Iterator<Item = ((u64, EventId), bool)> + '_> = match self.store.as_deref() {
+            Some(store) => {
+                let mut after = None;
+                let mut done = false;
+                let mut page = std::collections::VecDeque::new();
+                Box::new(std::iter::from_fn(move || {
+                    if page.is_empty() && !done {
+                        let rows = store.received(after, STORE_PAGE).expect("the history store answers");
+                        done = rows.len() < STORE_PAGE;
+                        after = rows.last().copied();
+                        page.extend(rows);
+                    }
+                    page.pop_front().map(|key| (key, true))
+                }))
+            }
+            None => Box::new(std::iter::empty()),
+        };
+        let layers = merged(layer(&self.open), sealed, |(k, _)| *k, false);
+        merged(layers, store, |(k, _)| *k, false)
+            .take_while(move |((at_ms, _), _)| *at_ms < before_ms)
+            .filter(|(_, there)| *there)
+            .map(|((_, id), _)| id)
+    }
+
+    /// Every event, in id order: for checks and tests, O(history).
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.events_in((Bound::Unbounded, Bound::Unbounded), false)
+    }
+
+    /// Every delivery, in id order: for checks and tests, O(history).
+    pub fn deliveries(&self) -> impl Iterator<Item = Delivery> + '_ {
+        self.deliveries_in((Bound::Unbounded, Bound::Unbounded), false)
+    }
+
+    /// Adds a finished event and its deliveries, none of which the history
+    /// holds. Returns the bytes added.
+    pub(super) fn put<'a>(&mut self, event: &Event, deliveries: impl IntoIterator<Item = &'a Delivery>) -> u64 {
+        let mut added = 0;
+        for delivery in deliveries {
+            let blob = Blob::encode(delivery);
+            added += blob.len();
+            let row = dead_of(delivery);
+            let replaces = match self.open.deliveries.get(&delivery.id) {
+                Some(DeliveryChange::Removed { dead_of }) => Some(*dead_of),
+                _ => None,
+            };
+            if let Some(endpoint) = row {
+                self.open.set_dead(endpoint, delivery.id, true);
+                *self.counts.dead.entry(endpoint).or_default() += 1;
+            } else if self.open.dead.get(&delivery.endpoint_id).is_some_and(|m| m.contains_key(&delivery.id)) {
+                self.open.set_dead(delivery.endpoint_id, delivery.id, false);
+            }
+            self.open.deliveries.insert(delivery.id, DeliveryChange::Put { dead_of: row, blob, replaces });
+            self.counts.deliveries += 1;
+        }
+        let blob = Blob::encode(event);
+        added += blob.len();
+        let replaces = matches!(self.open.events.get(&event.id), Some(EventChange::Removed { .. }));
+        self.open.by_time.insert((event.received_at_ms, event.id), true);
+        self.open.events.insert(event.id, EventChange::Put { received_at_ms: event.received_at_ms, blob, replaces });
+        self.counts.events += 1;
+        self.counts.bytes += added;
+        added
+    }
+
+    /// Takes an event and its deliveries out, decoded, with the bytes they
+    /// held.
+    pub(super) fn take(&mut self, id: &EventId) -> Option<(Event, Vec<Delivery>, u64)> {
+        let found = self.found_event(id)?;
+        let mut removed = found.bytes().len() as u64;
+        let event: Event = found.record();
+        let mut deliveries = Vec::with_capacity(event.deliveries.len());
+        for delivery_id in &event.deliveries {
+            let Some(found) = self.found_delivery(delivery_id) else { continue };
+            removed += found.bytes().len() as u64;
+            deliveries.push(found.record::<Delivery>());
+        }
+        let key = (event.received_at_ms, *id);
+        if self.below_holds_event(id) {
+            self.open.events.insert(*id, EventChange::Removed { received_at_ms: event.received_at_ms });
+            self.open.by_time.insert(key, false);
+        } else {
+            self.open.events.remove(id);
+            self.open.by_time.remove(&key);
+        }
+        for delivery in &deliveries {
+            let below = match self.open.deliveries.get(&delivery.id) {
+                Some(DeliveryChange::Put { replaces, .. }) => *replaces,
+                _ => self.below_delivery(&delivery.id),
+            };
+            match below {
+                Some(row) => {
+                    self.open.deliveries.insert(delivery.id, DeliveryChange::Removed { dead_of: row });
+                    self.open.set_dead(delivery.endpoint_id, delivery.id, false);
+                }
+                None => {
+                    self.open.deliveries.remove(&delivery.id);
+                    self.open.forget_dead(&delivery.endpoint_id, &delivery.id);
+                }
+            }
+            if let Some(endpoint) = dead_of(delivery)
+                && let Some(count) = self.counts.dead.get_mut(&endpoint)
+            {
+                *count -= 1;
+                if *count == 0 {
+                    self.counts.dead.remove(&endpoint);
+                }
+            }
+        }
+        self.counts.events -= 1;
+        self.counts.deliveries -= deliveries.len() as u64;
+        self.counts.bytes = self.counts.bytes.saturating_sub(removed);
+        Some((event, deliveries, removed))
+    }
+
+    /// The event a delivery of the history belongs to.
+    pub fn event_of(&self, delivery: &DeliveryId) -> Option<EventId> {
+        self.delivery(delivery).map(|d| d.event_id)
+    }
+
+    /// Starts a flush to the store: the open layer's changes become the
+    /// sealed one's (joining a sealed layer a failed flush left) and what
+    /// to write is returned. Reads see no change.
+    pub fn seal(&mut self) -> Flush {
+        let open = std::mem::take(&mut self.open);
+        let sealed = match self.sealed.take() {
+            Some(earlier) => {
+                let mut earlier = Arc::unwrap_or_clone(earlier);
+                earlier.absorb(open);
+                earlier
+            }
+            None => open,
+        };
+        let flush = sealed.flush();
+        self.sealed = Some(Arc::new(sealed));
+        flush
+    }
+
+    /// The store committed the last [`seal`](Self::seal)'s flush: its
+    /// changes are read from the store from now on.
+    pub fn flushed(&mut self, store: Arc<dyn HistoryStore>) {
+        self.sealed = None;
+        self.store = Some(store);
+    }
+
+    /// Checks the layers' indexes and the counts against the records.
+    pub(super) fn check(&self) -> Result<(), String> {
+        let mut counted = Counts::default();
+        for (id, found) in self.event_rows((Bound::Unbounded, Bound::Unbounded), false) {
+            let event: Event = decode(found.bytes()).map_err(|e| format!("history event {id}: {e}"))?;
+            counted.events += 1;
+            counted.bytes += found.bytes().len() as u64;
+            if let Some(missing) = event.deliveries.iter().find(|d| self.found_delivery(d).is_none()) {
+                return Err(format!("history event {id} lacks its delivery {missing}"));
+            }
+        }
+        for (id, found) in self.delivery_rows((Bound::Unbounded, Bound::Unbounded), false) {
+            let delivery: Delivery = decode(found.bytes()).map_err(|e| format!("history delivery {id}: {e}"))?;
+            counted.deliveries += 1;
+            counted.bytes += found.bytes().len() as u64;
+            if let Some(endpoint) = dead_of(&delivery) {
+                *counted.dead.entry(endpoint).or_default() += 1;
+                if !self.dead_of(&endpoint, (Bound::Included(id), Bound::Included(id)), false).any(|d| d == id) {
+                    return Err(format!("history delivery {id} is dead but not in the dead index"));
+                }
+            }
+        }
+        if counted != self.counts {
+            return Err(format!("the history counts {:?}, its records {counted:?}", self.counts));
+        }
+        let dead_listed: usize =
+            counted.dead.keys().map(|e| self.dead_of(e, (Bound::Unbounded, Bound::Unbounded), false).count()).sum();
+        if dead_listed as u64 != counted.dead.values().sum::<u64>() {
+            return Err("the history's dead index lists deliveries that are not dead".into());
+        }
+        let timed = self.received_before(u64::MAX).count();
+        if timed as u64 != counted.events {
+            return Err(format!("the history's time index lists {timed} events, it holds {}", counted.events));
+        }
+        Ok(())
+    }
+}
+
+/// Compares what two histories hold, whatever their layers.
+impl PartialEq for History {
+    fn eq(&self, other: &Self) -> bool {
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let every = (Bound::Unbounded, Bound::Unbounded);
+        self.counts == other.counts
+            && self
+                .event_rows(all, false)
+                .map(|(id, f)| (id, f.bytes().to_vec()))
+                .eq(other.event_rows(all, false).map(|(id, f)| (id, f.bytes().to_vec())))
+            && self
+                .delivery_rows(every, false)
+                .map(|(id, f)| (id, f.bytes().to_vec()))
+                .eq(other.delivery_rows(every, false).map(|(id, f)| (id, f.bytes().to_vec())))
+    }
+}
+
+impl fmt::Debug for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "History {{ {} events, {} deliveries, {} bytes }}",
+            self.counts.events, self.counts.deliveries, self.counts.bytes
+        )
+    }
+}
+
+/// Encodes as a map of events and a map of deliveries, each record a byte
+/// string, whatever the layers.
+impl Serialize for History {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Rows<'a, K>(Vec<(K, Found<'a>)>);
+        impl<K: Serialize> Serialize for Rows<'_, K> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (id, found) in &self.0 {
+                    map.serialize_entry(id, &BytesRef(found.bytes()))?;
+                }
+                map.end()
+            }
+        }
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let mut state = serializer.serialize_struct("History", 2)?;
+        state.serialize_field("events", &Rows(self.event_rows(all, false).collect()))?;
+        let every = (Bound::Unbounded, Bound::Unbounded);
+        state.serialize_field("deliveries", &Rows(self.delivery_rows(every, false).collect()))?;
+        state.end()
+    }
+}
+
+struct BytesRef<'a>(&'a [u8]);
+
+impl Serialize for BytesRef<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for History {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = Stored::deserialize(deserializer)?;
+        History::try_from(stored).map_err(serde::de::Error::custom)
+    }
 }
 
 /// The encoded fields of [`History`], decoded and checked before the
-/// derived indexes are built from them.
+/// layers are built from them.
 #[derive(Deserialize)]
 struct Stored {
     events: DenseMap<EventId, Blob>,
@@ -66,197 +772,43 @@ impl TryFrom<Stored> for History {
     /// Decodes every record once: a snapshot whose history does not decode,
     /// or holds a delivery without its event, is refused here.
     fn try_from(stored: Stored) -> Result<Self, String> {
-        let mut history = History { events: stored.events, deliveries: stored.deliveries, ..History::default() };
-        for (id, blob) in history.events.iter() {
+        let mut history = History::default();
+        for (id, blob) in stored.events {
             let event: Event = blob.decode().map_err(|e| format!("history event {id}: {e}"))?;
-            if event.id != *id {
+            if event.id != id {
                 return Err(format!("history event {id} holds the record of {}", event.id));
             }
-            history.by_time.insert((event.received_at_ms, *id));
-            history.bytes += blob.len();
+            history.open.by_time.insert((event.received_at_ms, id), true);
+            history.counts.events += 1;
+            history.counts.bytes += blob.len();
+            let received_at_ms = event.received_at_ms;
+            history.open.events.insert(id, EventChange::Put { received_at_ms, blob, replaces: false });
         }
-        for (id, blob) in history.deliveries.iter() {
+        for (id, blob) in stored.deliveries {
             let delivery: Delivery = blob.decode().map_err(|e| format!("history delivery {id}: {e}"))?;
-            if delivery.id != *id || !history.events.contains_key(&delivery.event_id) {
+            if delivery.id != id || !history.open.events.contains_key(&delivery.event_id) {
                 return Err(format!("history delivery {id} is not one of a stored event's"));
             }
-            if delivery.state == DeliveryState::Dead {
-                history.dead.entry(delivery.endpoint_id).or_default().insert(*id);
+            let row = dead_of(&delivery);
+            if let Some(endpoint) = row {
+                history.open.set_dead(endpoint, id, true);
+                *history.counts.dead.entry(endpoint).or_default() += 1;
             }
-            history.bytes += blob.len();
+            history.counts.deliveries += 1;
+            history.counts.bytes += blob.len();
+            history.open.deliveries.insert(id, DeliveryChange::Put { dead_of: row, blob, replaces: None });
         }
         Ok(history)
     }
 }
 
-impl fmt::Debug for History {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "History {{ {} events, {} deliveries, {} bytes }}",
-            self.events.len(),
-            self.deliveries.len(),
-            self.bytes
-        )
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let (record, read) =
+        bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map_err(|e| e.to_string())?;
+    if read != bytes.len() {
+        return Err(format!("{} bytes after the record", bytes.len() - read));
     }
-}
-
-impl History {
-    /// Finished events held.
-    pub fn event_count(&self) -> usize {
-        self.events.len()
-    }
-
-    /// Deliveries of finished events held.
-    pub fn delivery_count(&self) -> usize {
-        self.deliveries.len()
-    }
-
-    /// Bytes of the encoded records.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    pub fn contains_event(&self, id: &EventId) -> bool {
-        self.events.contains_key(id)
-    }
-
-    pub fn contains_delivery(&self, id: &DeliveryId) -> bool {
-        self.deliveries.contains_key(id)
-    }
-
-    pub fn event(&self, id: &EventId) -> Option<Event> {
-        self.events.get(id).map(Blob::record)
-    }
-
-    pub fn delivery(&self, id: &DeliveryId) -> Option<Delivery> {
-        self.deliveries.get(id).map(Blob::record)
-    }
-
-    /// Events with ids in `range`, in id order or newest first, decoded one
-    /// at a time as the caller walks.
-    pub fn events_in(&self, range: IdRange<EventId>, newest_first: bool) -> Box<dyn Iterator<Item = Event> + '_> {
-        let records = self.events.range(range).map(|(_, blob)| blob.record());
-        if newest_first { Box::new(records.rev()) } else { Box::new(records) }
-    }
-
-    /// Deliveries with ids in `range`, as [`events_in`](Self::events_in).
-    pub fn deliveries_in(
-        &self,
-        range: IdRange<DeliveryId>,
-        newest_first: bool,
-    ) -> Box<dyn Iterator<Item = Delivery> + '_> {
-        let records = self.deliveries.range(range).map(|(_, blob)| blob.record());
-        if newest_first { Box::new(records.rev()) } else { Box::new(records) }
-    }
-
-    /// The dead deliveries of `endpoint` with ids in `range`, in id order
-    /// or newest first, from the index.
-    pub fn dead_of(
-        &self,
-        endpoint: &EndpointId,
-        range: IdRange<DeliveryId>,
-        newest_first: bool,
-    ) -> Box<dyn Iterator<Item = DeliveryId> + '_> {
-        let Some(set) = self.dead.get(endpoint) else { return Box::new(std::iter::empty()) };
-        let ids = set.range(range).copied();
-        if newest_first { Box::new(ids.rev()) } else { Box::new(ids) }
-    }
-
-    /// How many dead deliveries of `endpoint` the history holds.
-    pub fn dead_count_of(&self, endpoint: &EndpointId) -> usize {
-        self.dead.get(endpoint).map_or(0, DenseSet::len)
-    }
-
-    /// How many dead deliveries the history holds: one look per endpoint.
-    pub fn dead_count(&self) -> usize {
-        self.dead.values().map(DenseSet::len).sum()
-    }
-
-    /// The events received before `before_ms`, oldest first.
-    pub fn received_before(&self, before_ms: u64) -> impl Iterator<Item = EventId> + '_ {
-        self.by_time.iter().take_while(move |(at_ms, _)| *at_ms < before_ms).map(|(_, id)| *id)
-    }
-
-    /// Every event, in id order: for checks and tests, O(history).
-    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
-        self.events.values().map(Blob::record)
-    }
-
-    /// Every delivery, in id order: for checks and tests, O(history).
-    pub fn deliveries(&self) -> impl Iterator<Item = Delivery> + '_ {
-        self.deliveries.values().map(Blob::record)
-    }
-
-    /// Adds a finished event and its deliveries. Returns the bytes added.
-    pub(super) fn put<'a>(&mut self, event: &Event, deliveries: impl IntoIterator<Item = &'a Delivery>) -> u64 {
-        let mut added = 0;
-        for delivery in deliveries {
-            let blob = Blob::encode(delivery);
-            added += blob.len();
-            if delivery.state == DeliveryState::Dead {
-                self.dead.entry(delivery.endpoint_id).or_default().insert(delivery.id);
-            }
-            self.deliveries.insert(delivery.id, blob);
-        }
-        let blob = Blob::encode(event);
-        added += blob.len();
-        self.by_time.insert((event.received_at_ms, event.id));
-        self.events.insert(event.id, blob);
-        self.bytes += added;
-        added
-    }
-
-    /// Takes an event and its deliveries out, decoded, with the bytes they
-    /// held.
-    pub(super) fn take(&mut self, id: &EventId) -> Option<(Event, Vec<Delivery>, u64)> {
-        let blob = self.events.remove(id)?;
-        let event: Event = blob.record();
-        let mut removed = blob.len();
-        self.by_time.remove(&(event.received_at_ms, *id));
-        let mut deliveries = Vec::with_capacity(event.deliveries.len());
-        for delivery_id in &event.deliveries {
-            let Some(blob) = self.deliveries.remove(delivery_id) else { continue };
-            removed += blob.len();
-            let delivery: Delivery = blob.record();
-            if delivery.state == DeliveryState::Dead
-                && let Some(set) = self.dead.get_mut(&delivery.endpoint_id)
-            {
-                set.remove(delivery_id);
-                if set.is_empty() {
-                    self.dead.remove(&delivery.endpoint_id);
-                }
-            }
-            deliveries.push(delivery);
-        }
-        self.bytes = self.bytes.saturating_sub(removed);
-        Some((event, deliveries, removed))
-    }
-
-    /// The event a delivery of the history belongs to.
-    pub fn event_of(&self, delivery: &DeliveryId) -> Option<EventId> {
-        self.delivery(delivery).map(|d| d.event_id)
-    }
-
-    /// Checks the derived indexes and byte count against the records.
-    pub(super) fn check(&self) -> Result<(), String> {
-        let rebuilt = History::try_from(Stored { events: self.events.clone(), deliveries: self.deliveries.clone() })?;
-        if rebuilt.by_time != self.by_time {
-            return Err("the history's time index disagrees with its events".into());
-        }
-        if rebuilt.dead != self.dead {
-            return Err("the history's dead index disagrees with its deliveries".into());
-        }
-        if rebuilt.bytes != self.bytes {
-            return Err(format!("the history counts {} bytes, its records hold {}", self.bytes, rebuilt.bytes));
-        }
-        for event in self.events() {
-            if let Some(missing) = event.deliveries.iter().find(|d| !self.deliveries.contains_key(*d)) {
-                return Err(format!("history event {} lacks its delivery {missing}", event.id));
-            }
-        }
-        Ok(())
-    }
+    Ok(record)
 }
 
 /// One record's bincode encoding. Encodes as a byte string (a length, then
@@ -274,18 +826,7 @@ impl Blob {
     }
 
     fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
-        let (record, read) =
-            bincode::serde::decode_from_slice(&self.0, bincode::config::standard()).map_err(|e| e.to_string())?;
-        if read != self.0.len() {
-            return Err(format!("{} bytes after the record", self.0.len() - read));
-        }
-        Ok(record)
-    }
-
-    /// The record, from bytes this process encoded or checked when decoding
-    /// the snapshot that brought them.
-    fn record<T: DeserializeOwned>(&self) -> T {
-        self.decode().expect("history records are checked when they enter the state")
+        decode(&self.0)
     }
 
     fn len(&self) -> u64 {
@@ -322,5 +863,207 @@ impl<'de> Deserialize<'de> for Blob {
             }
         }
         deserializer.deserialize_bytes(BlobVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::Bound;
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::History;
+    use crate::ids::{DeliveryId, EndpointId, EventId};
+    use crate::model::{Delivery, DeliveryState, Event, OptionalMs};
+    use crate::state::history_store::MemStore;
+
+    const ENDPOINTS: u8 = 3;
+
+    fn endpoint(n: u8) -> EndpointId {
+        let mut bytes = [0u8; 16];
+        bytes[15] = n + 1;
+        EndpointId::from_bytes(bytes)
+    }
+
+    /// Event `n`, received at `n` ms, with one delivery to each endpoint in
+    /// `dead` (true: dead, false: delivered) and `version` in its payload.
+    fn finished(n: u16, dead: &[bool], version: u8) -> (Event, Vec<Delivery>) {
+        let mut bytes = [0u8; 16];
+        bytes[4..6].copy_from_slice(&n.to_be_bytes());
+        let id = EventId::from_bytes(bytes);
+        let deliveries: Vec<Delivery> = dead
+            .iter()
+            .enumerate()
+            .map(|(i, dead)| {
+                let endpoint_id = endpoint(i as u8 % ENDPOINTS);
+                let state = if *dead { DeliveryState::Dead } else { DeliveryState::Delivered };
+                Delivery {
+                    id: DeliveryId::derive(&id, &endpoint_id),
+                    event_id: id,
+                    endpoint_id,
+                    state,
+                    initial_state: DeliveryState::Pending,
+                    attempt_count: u32::from(version),
+                    cycle_attempts: 0,
+                    sequence: 0,
+                    cycle_started_at_ms: 0,
+                    next_attempt_at_ms: OptionalMs::NONE,
+                    created_at_ms: u64::from(n),
+                    updated_at_ms: u64::from(n),
+                    history: Box::default(),
+                }
+            })
+            .collect();
+        let event = Event {
+            id,
+            event_type: "t".into(),
+            payload: format!("{{\"v\":{version}}}").into(),
+            received_at_ms: u64::from(n) * 7 % 50,
+            idempotency_key: None,
+            deliveries: deliveries.iter().map(|d| d.id).collect(),
+            received_by: None,
+            rewrapped: None,
+            ordering_key: None,
+            inbound: None,
+        };
+        (event, deliveries)
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A new finished event with these deliveries.
+        Put(Vec<bool>),
+        /// The event at this position (of those held) taken out, and put
+        /// back changed when `back`.
+        Take { pick: usize, back: bool },
+        /// A flush that commits, or one that fails after the seal.
+        Flush { commits: bool },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => prop::collection::vec(any::<bool>(), 0..3).prop_map(Op::Put),
+            2 => (any::<usize>(), any::<bool>()).prop_map(|(pick, back)| Op::Take { pick, back }),
+            1 => any::<bool>().prop_map(|commits| Op::Flush { commits }),
+        ]
+    }
+
+    /// Everything a reader can ask, answered by `history`.
+    fn reads(history: &History, bound: EventId, delivery_bound: DeliveryId) -> String {
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let mut out = format!(
+            "{} {} {} {}\n",
+            history.event_count(),
+            history.delivery_count(),
+            history.bytes(),
+            history.dead_count()
+        );
+        for newest_first in [false, true] {
+            out +=
+                &format!("{:?}\n", history.events_in(all, newest_first).map(|e| (e.id, e.payload)).collect::<Vec<_>>());
+            out += &format!(
+                "{:?}\n",
+                history
+                    .events_in((Bound::Excluded(bound), Bound::Unbounded), newest_first)
+                    .map(|e| e.id)
+                    .collect::<Vec<_>>()
+            );
+            out += &format!(
+                "{:?}\n",
+                history
+                    .events_in((Bound::Unbounded, Bound::Excluded(bound)), newest_first)
+                    .map(|e| e.id)
+                    .collect::<Vec<_>>()
+            );
+            let every = (Bound::Unbounded, Bound::Unbounded);
+            out += &format!(
+                "{:?}\n",
+                history
+                    .deliveries_in(every, newest_first)
+                    .map(|d| (d.id, d.state, d.attempt_count))
+                    .collect::<Vec<_>>()
+            );
+            out += &format!(
+                "{:?}\n",
+                history
+                    .deliveries_in((Bound::Excluded(delivery_bound), Bound::Unbounded), newest_first)
+                    .map(|d| d.id)
+                    .collect::<Vec<_>>()
+            );
+            for n in 0..ENDPOINTS {
+                let e = endpoint(n);
+                out += &format!(
+                    "{} {:?}\n",
+                    history.dead_count_of(&e),
+                    history.dead_of(&e, every, newest_first).collect::<Vec<_>>()
+                );
+            }
+        }
+        for before in [0, 10, 25, 50] {
+            out += &format!("{:?}\n", history.received_before(before).collect::<Vec<_>>());
+        }
+        out
+    }
+
+    proptest! {
+        /// Whatever the puts, takes and flushes (committed or failed), a
+        /// history over a store answers every read as one that keeps all
+        /// in memory, and its indexes and counts check.
+        #[test]
+        fn a_history_over_a_store_reads_as_one_kept_in_memory(ops in prop::collection::vec(op(), 1..60)) {
+            let mut layered = History::default();
+            let mut flat = History::default();
+            let mut store = MemStore::default();
+            let mut held: Vec<u16> = Vec::new();
+            let mut next: u16 = 0;
+            for (step, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Put(dead) => {
+                        let (event, deliveries) = finished(next, &dead, 0);
+                        layered.put(&event, &deliveries);
+                        flat.put(&event, &deliveries);
+                        held.push(next);
+                        next += 1;
+                    }
+                    Op::Take { pick, back } if !held.is_empty() => {
+                        let n = held[pick % held.len()];
+                        let (event, _) = finished(n, &[], 0);
+                        let taken = layered.take(&event.id);
+                        prop_assert_eq!(&taken, &flat.take(&event.id));
+                        let (event, deliveries, _) = taken.expect("held");
+                        if back {
+                            // Replayed and finished again: new versions of the same records.
+                            let dead: Vec<bool> = deliveries.iter().map(|d| d.state != DeliveryState::Dead).collect();
+                            let (again, deliveries) = finished(n, &dead, step as u8);
+                            prop_assert_eq!(again.id, event.id);
+                            layered.put(&again, &deliveries);
+                            flat.put(&again, &deliveries);
+                        } else {
+                            held.retain(|h| *h != n);
+                        }
+                    }
+                    Op::Take { .. } => {}
+                    Op::Flush { commits } => {
+                        let flush = layered.seal();
+                        if commits {
+                            store.apply(&flush);
+                            layered.flushed(Arc::new(store.clone()));
+                        }
+                    }
+                }
+                let bound = finished(next / 2, &[], 0).0.id;
+                let delivery_bound = DeliveryId::derive(&bound, &endpoint(1));
+                prop_assert_eq!(reads(&layered, bound, delivery_bound), reads(&flat, bound, delivery_bound));
+                prop_assert!(layered.check().is_ok(), "{:?}", layered.check());
+                prop_assert!(layered == flat);
+            }
+            // A flush of everything leaves nothing in memory but the removals' absence.
+            let flush = layered.seal();
+            store.apply(&flush);
+            layered.flushed(Arc::new(store.clone()));
+            prop_assert_eq!(layered.held_bytes(), 0);
+            prop_assert!(layered == flat);
+        }
     }
 }

@@ -103,3 +103,102 @@ impl Flush {
             && self.deliveries.is_empty()
     }
 }
+
+/// A store in memory: the reference the on-disk one is checked against,
+/// and the simulator's (a flush is one step, so a crash sees it all or
+/// none of it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemStore {
+    events: std::collections::BTreeMap<EventId, Vec<u8>>,
+    deliveries: std::collections::BTreeMap<DeliveryId, Vec<u8>>,
+    by_time: std::collections::BTreeSet<(u64, EventId)>,
+    dead: std::collections::BTreeSet<(EndpointId, DeliveryId)>,
+}
+
+impl MemStore {
+    /// Applies a flush: removals, then puts.
+    pub fn apply(&mut self, flush: &Flush) {
+        for (at_ms, id) in &flush.removed_events {
+            self.events.remove(id);
+            self.by_time.remove(&(*at_ms, *id));
+        }
+        for (id, dead_of) in &flush.removed_deliveries {
+            self.deliveries.remove(id);
+            if let Some(endpoint) = dead_of {
+                self.dead.remove(&(*endpoint, *id));
+            }
+        }
+        for event in &flush.events {
+            self.events.insert(event.id, event.record.clone());
+            self.by_time.insert((event.received_at_ms, event.id));
+        }
+        for delivery in &flush.deliveries {
+            self.deliveries.insert(delivery.id, delivery.record.clone());
+            if let Some(endpoint) = delivery.dead_of {
+                self.dead.insert((endpoint, delivery.id));
+            }
+        }
+    }
+}
+
+/// The first `limit` items of `items`, or the last `limit` newest first.
+fn page<T>(items: impl DoubleEndedIterator<Item = T>, newest_first: bool, limit: usize) -> Vec<T> {
+    if newest_first { items.rev().take(limit).collect() } else { items.take(limit).collect() }
+}
+
+impl HistoryStore for MemStore {
+    fn event(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.events.get(id).cloned())
+    }
+
+    fn delivery(&self, id: &DeliveryId) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.deliveries.get(id).cloned())
+    }
+
+    fn events(
+        &self,
+        range: IdRange<EventId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<(EventId, Vec<u8>)>, StoreError> {
+        if super::is_empty_range(&range) {
+            return Ok(Vec::new());
+        }
+        Ok(page(self.events.range(range).map(|(id, r)| (*id, r.clone())), newest_first, limit))
+    }
+
+    fn deliveries(
+        &self,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryId, Vec<u8>)>, StoreError> {
+        if super::is_empty_range(&range) {
+            return Ok(Vec::new());
+        }
+        Ok(page(self.deliveries.range(range).map(|(id, r)| (*id, r.clone())), newest_first, limit))
+    }
+
+    fn dead(
+        &self,
+        endpoint: &EndpointId,
+        range: IdRange<DeliveryId>,
+        newest_first: bool,
+        limit: usize,
+    ) -> Result<Vec<DeliveryId>, StoreError> {
+        let ids = self.dead.range((*endpoint, DeliveryId::from_bytes([0; 16]))..).take_while(|(e, _)| e == endpoint);
+        let ids: Vec<DeliveryId> =
+            ids.map(|(_, d)| *d).filter(|d| std::ops::RangeBounds::contains(&range, d)).collect();
+        Ok(page(ids.into_iter(), newest_first, limit))
+    }
+
+    fn received(&self, after: Option<(u64, EventId)>, limit: usize) -> Result<Vec<(u64, EventId)>, StoreError> {
+        let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        Ok(self.by_time.range((from, std::ops::Bound::Unbounded)).take(limit).copied().collect())
+    }
+
+    fn counts(&self) -> Result<StoreCounts, StoreError> {
+        let bytes = self.events.values().chain(self.deliveries.values()).map(|r| r.len() as u64).sum();
+        Ok(StoreCounts { events: self.events.len() as u64, deliveries: self.deliveries.len() as u64, bytes })
+    }
+}

@@ -599,5 +599,16 @@ impl ClusterState {
     }
 }
 
+/// Whether no id can lie in `range` (`BTreeMap::range` panics on such
+/// ranges, so a walk checks first).
+pub(crate) fn is_empty_range<T: Ord>(range: &(std::ops::Bound<T>, std::ops::Bound<T>)) -> bool {
+    use std::ops::Bound::{Excluded, Included};
+    match range {
+        (Included(s), Included(e)) => s > e,
+        (Included(s) | Excluded(s), Included(e) | Excluded(e)) => s >= e,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests;
