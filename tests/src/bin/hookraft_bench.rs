@@ -41,11 +41,23 @@
 //! their memory there, the 503s while there, and whether ingest resumed
 //! after the drain (`--scenario backlog --events 100000 --max-pending
 //! 20000` drives a node into its budget with the endpoint down).
+//! `history` (`history.rs`) preloads `--history` finished deliveries
+//! (1,000,000 unless given) in batches to the throughput scenario's
+//! endpoints, reporting how fast the node took and delivered them and its
+//! RSS after; then it offers `--rate` (1,000/s unless given) for
+//! `--duration` (2 minutes unless given) while reading 50 preloaded events
+//! and deliveries a second, at random, and reports the reads' p50/p99/p999
+//! per kind, the load's ingest and end-to-end latency and the node's RSS
+//! at the phase's start and end. `--compare-empty` runs the same phase on
+//! a fresh node without history and judges the RSS with it against
+//! without (within 1.2x) and each kind's read p99 (under 5 ms), PASS or
+//! FAIL like the soak; with `--json` its report is a second JSON document.
 //!
 //! ```text
 //! cargo build --release -p hookraft -p hookraft-tests
 //! target/release/hookraft-bench --scenario throughput,isolation --nodes 1
 //! target/release/hookraft-bench --scenario soak --rate 2000 --duration 10m
+//! target/release/hookraft-bench --scenario history --history 20000000 --compare-empty
 //! ```
 //!
 //! It prints figures; it fails (exit 1) only when an expected delivery never
@@ -61,6 +73,8 @@ mod deployment;
 mod figures;
 #[path = "hookraft_bench/fleet.rs"]
 mod fleet;
+#[path = "hookraft_bench/history.rs"]
+mod history;
 #[path = "hookraft_bench/http1.rs"]
 mod http1;
 #[path = "hookraft_bench/inbound.rs"]
@@ -144,7 +158,8 @@ struct Args {
     #[arg(long, value_parser = parse_rate)]
     rate: Option<f64>,
     /// Of `--scenario soak`: how long to offer `--rate` (`600`, `600s`,
-    /// `10m`, `1h`; at least 3 minutes) [default: 10 minutes].
+    /// `10m`, `1h`; at least 3 minutes) [default: 10 minutes]; of
+    /// `--scenario history`, its steady phase [default: 2 minutes].
     #[arg(long, value_parser = soak::parse_duration)]
     duration: Option<Duration>,
     /// Leave events due in the first this many seconds of the load out of
@@ -181,6 +196,14 @@ struct Args {
     /// that missed the answer; each must be answered as a duplicate.
     #[arg(long, default_value_t = 10)]
     provider_retry_percent: u32,
+    /// Of `--scenario history`: finished deliveries to preload before the
+    /// steady phase [default: 1,000,000]; 0 runs the steady phase alone.
+    #[arg(long)]
+    history: Option<usize>,
+    /// Of `--scenario history`: run the steady phase again on a fresh node
+    /// without history, and judge the memory of one against the other.
+    #[arg(long)]
+    compare_empty: bool,
 }
 
 impl Args {
@@ -227,6 +250,20 @@ impl Args {
         }
     }
 
+    /// What `--scenario history` does.
+    fn history_plan(&self) -> history::Plan {
+        history::Plan {
+            history: self.history.unwrap_or(history::HISTORY_DEFAULT),
+            rate: self.rate.unwrap_or(history::RATE_DEFAULT),
+            duration: self.duration.unwrap_or(history::DURATION_DEFAULT),
+            connections: self.connections,
+            payload_bytes: self.payload_bytes,
+            compare_empty: self.compare_empty,
+            delivery_deadline: Duration::from_secs(self.delivery_deadline_s),
+            node_args: self.node_args(),
+        }
+    }
+
     /// Whether the nodes seal payloads.
     fn encrypted(&self) -> bool {
         self.keyring.is_some()
@@ -255,13 +292,23 @@ async fn main() -> Result<ExitCode> {
         "--scenario inbound posts one provider event per request (a provider has no batch)"
     );
     let soaks = args.scenario.contains(&Scenario::Soak);
+    let histories = args.scenario.contains(&Scenario::History);
     ensure!(
-        !soaks || args.events.is_none(),
-        "--scenario soak posts --rate × --duration events; give those instead of --events"
+        !(soaks || histories) || args.events.is_none(),
+        "--scenario soak and history post --rate × --duration events; give those instead of --events"
     );
-    ensure!(soaks || args.duration.is_none(), "--duration is for --scenario soak");
+    ensure!(soaks || histories || args.duration.is_none(), "--duration is for --scenario soak or history");
     ensure!(
-        args.soak_duration() >= soak::DURATION_MIN,
+        histories || (args.history.is_none() && !args.compare_empty),
+        "--history and --compare-empty are for --scenario history"
+    );
+    ensure!(!histories || args.nodes == 1, "--scenario history runs one node");
+    ensure!(
+        !(soaks && histories) || args.duration.is_none(),
+        "--duration means a different length to soak and history; run them apart"
+    );
+    ensure!(
+        !soaks || args.soak_duration() >= soak::DURATION_MIN,
         "--duration must be at least {} s: the second minute is compared with the last",
         soak::DURATION_MIN.as_secs()
     );
@@ -285,7 +332,19 @@ async fn main() -> Result<ExitCode> {
         None
     };
     let mut reports = Vec::new();
+    let mut history_reports = Vec::new();
     for &scenario in &args.scenario {
+        if scenario == Scenario::History {
+            let figures = history::run(&args.history_plan(), &bin).await?;
+            let text = history::render(&figures);
+            if args.json {
+                eprint!("{text}")
+            } else {
+                print!("{text}")
+            }
+            history_reports.push(figures);
+            continue;
+        }
         let report = run_scenario(&args, scenario, &bin).await?;
         let text = report.render();
         if args.json {
@@ -302,9 +361,16 @@ async fn main() -> Result<ExitCode> {
         if args.json { eprintln!("{line}") } else { println!("{line}") }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        if !reports.is_empty() || history_reports.is_empty() {
+            println!("{}", serde_json::to_string_pretty(&reports)?);
+        }
+        // A document of its own: the history's report has its own shape.
+        if !history_reports.is_empty() {
+            println!("{}", serde_json::to_string_pretty(&history_reports)?);
+        }
     }
-    let lost: usize = reports.iter().map(|r| r.lost).sum();
+    let lost: usize =
+        reports.iter().map(|r| r.lost).sum::<usize>() + history_reports.iter().map(|h| h.lost()).sum::<usize>();
     let out_of_order: u64 = reports.iter().filter_map(|r| r.out_of_order).sum();
     let twice: u64 = reports.iter().map(Report::provider_events_twice).sum();
     if lost > 0 {

@@ -38,6 +38,11 @@ pub enum Scenario {
     /// (10 minutes unless given): latency per 10-second window, the node's
     /// memory and snapshots over time (`soak.rs`).
     Soak,
+    /// The throughput scenario's endpoints and events: `--history`
+    /// finished deliveries preloaded in batches, then a steady `--rate`
+    /// for `--duration` while old events and deliveries are read, the
+    /// node's memory against a node without them (`history.rs`).
+    History,
 }
 
 /// Healthy endpoints of the throughput and isolation scenarios.
@@ -69,6 +74,7 @@ impl Scenario {
             Scenario::UnorderedRetries => "unordered-retries",
             Scenario::Inbound => "inbound",
             Scenario::Soak => "soak",
+            Scenario::History => "history",
         }
     }
 
@@ -98,6 +104,8 @@ impl Scenario {
             | Scenario::Inbound => 60_000,
             // 10 minutes at 200 events/s; a soak posts `--rate` × `--duration`.
             Scenario::Soak => 120_000,
+            // 2 minutes at 1,000 events/s, after the preload (`history.rs`).
+            Scenario::History => 120_000,
             Scenario::Backlog => 1_000_000,
             Scenario::FanOut => 2_000,
         }
@@ -111,7 +119,7 @@ impl Scenario {
         };
         match self {
             // The inbound scenario's endpoints get their source once it exists.
-            Scenario::Throughput | Scenario::IngestOnly | Scenario::Inbound | Scenario::Soak => {
+            Scenario::Throughput | Scenario::IngestOnly | Scenario::Inbound | Scenario::Soak | Scenario::History => {
                 (0..HEALTHY_ENDPOINTS).map(|i| typed("ok", i, json!({}))).collect()
             }
             Scenario::Isolation => {
@@ -152,7 +160,8 @@ impl Scenario {
             | Scenario::Ordered
             | Scenario::UnorderedRetries
             | Scenario::Inbound
-            | Scenario::Soak => |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize),
+            | Scenario::Soak
+            | Scenario::History => |i| format!("bench.{}", i % HEALTHY_ENDPOINTS as usize),
             Scenario::Isolation => |i| format!("bench.{}", i % (HEALTHY_ENDPOINTS as usize + 1)),
             Scenario::Backlog => |_| "bench.0".to_string(),
             Scenario::FanOut => |_| "fan.out".to_string(),
@@ -175,7 +184,8 @@ impl Scenario {
             | Scenario::Ordered
             | Scenario::UnorderedRetries
             | Scenario::Inbound
-            | Scenario::Soak => {
+            | Scenario::Soak
+            | Scenario::History => {
                 vec![(i % HEALTHY_ENDPOINTS as usize) as u32]
             }
             Scenario::Isolation => {
@@ -211,6 +221,7 @@ mod tests {
             Scenario::UnorderedRetries,
             Scenario::Inbound,
             Scenario::Soak,
+            Scenario::History,
         ] {
             let specs = scenario.endpoints();
             for i in 0..250 {

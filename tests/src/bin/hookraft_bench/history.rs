@@ -1,0 +1,635 @@
+//! The history scenario: what a node pays for the finished deliveries it
+//! keeps within its retention, and how fast it reads one of them back.
+//!
+//! A fresh node first takes `--history` events (one delivery each, to the
+//! throughput scenario's 100 endpoints) as fast as it accepts them, 1,000
+//! per `POST /v1/events/batch` over a few connections, until every one is
+//! delivered; then it takes a steady open load of `--rate` events/s, one
+//! per request, for `--duration`, while a reader fetches events and
+//! deliveries of the preload chosen at random (`GET /v1/events/{id}`,
+//! `GET /v1/deliveries/{id}`), each read timed. With `--compare-empty`
+//! the steady phase runs again on a fresh node without a preload, and
+//! the report judges the node's memory with the history against the one
+//! without (issue 34: within 1.2x) and the reads' p99 (under 5 ms).
+//!
+//! The reader draws from a uniform sample of the preload (a reservoir of
+//! [`SAMPLE_IDS`] ids) rather than all of them: 20 million ids would
+//! take the generator more memory than the figures are worth.
+//!
+//! Pure pieces (the generator, the reservoir, reading a batch's answer,
+//! the verdicts) at the top; the phases that drive the node below.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hookraft_tests::register_endpoint;
+use serde::{Deserialize, Serialize};
+
+use crate::deployment::Deployment;
+use crate::fleet::Fleet;
+use crate::load::{self, Connection, Load, Progress};
+use crate::report::{Quantiles, micros};
+use crate::scenario::Scenario;
+
+/// Finished deliveries preloaded without `--history`.
+pub const HISTORY_DEFAULT: usize = 1_000_000;
+/// The steady phase without `--rate` or `--duration`.
+pub const RATE_DEFAULT: f64 = 1_000.0;
+pub const DURATION_DEFAULT: Duration = Duration::from_secs(120);
+/// Events per preload request: the node's batch limit.
+const PRELOAD_BATCH: usize = 1_000;
+/// Concurrent preload requests: enough to keep the node's log busy, few
+/// enough that a thousand-event batch is not waiting behind many others.
+const PRELOAD_CONNECTIONS: usize = 4;
+/// Preloaded (event, delivery) ids the reader draws from.
+pub const SAMPLE_IDS: usize = 100_000;
+/// Reads per second of the steady phase, alternating events and deliveries.
+const READS_PER_S: f64 = 50.0;
+/// Issue 34's bounds: memory with the history against without, and the
+/// p99 of one read.
+pub const RSS_RATIO_BOUND: f64 = 1.2;
+pub const READ_P99_BOUND_MS: f64 = 5.0;
+/// How long a read may take before it counts as failed.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Failed preload requests printed at most.
+const FAILURES_PRINTED_MAX: u64 = 3;
+
+/// A small deterministic generator (splitmix64): the reservoir and the
+/// reader need uniform picks, not secrecy, and a seed makes a run's
+/// choice of ids repeatable.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0), by multiplying rather than by
+    /// a remainder, whose bias is below 2^-32 for any `n` used here.
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// A uniform sample of at most `capacity` items of a stream of unknown
+/// length (Algorithm R): every item offered has the same chance to stay.
+#[derive(Debug)]
+pub struct Reservoir<T> {
+    capacity: usize,
+    seen: u64,
+    items: Vec<T>,
+    rng: Rng,
+}
+
+impl<T> Reservoir<T> {
+    pub fn new(capacity: usize, seed: u64) -> Self {
+        Self { capacity, seen: 0, items: Vec::with_capacity(capacity), rng: Rng::new(seed) }
+    }
+
+    pub fn offer(&mut self, item: T) {
+        self.seen += 1;
+        if self.items.len() < self.capacity {
+            self.items.push(item);
+            return;
+        }
+        let at = self.rng.below(self.seen);
+        if let Some(slot) = usize::try_from(at).ok().and_then(|at| self.items.get_mut(at)) {
+            *slot = item;
+        }
+    }
+
+    /// Items offered so far.
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
+
+    pub fn into_items(self) -> Vec<T> {
+        self.items
+    }
+}
+
+#[derive(Deserialize)]
+struct BatchAnswer {
+    events: Vec<EventAnswer>,
+}
+
+#[derive(Deserialize)]
+struct EventAnswer {
+    status: u16,
+    id: Option<String>,
+    #[serde(default)]
+    deliveries: Vec<DeliveryAnswer>,
+}
+
+#[derive(Deserialize)]
+struct DeliveryAnswer {
+    id: String,
+}
+
+/// The (event id, delivery id) of each event of a batch's 202 answer, in
+/// the order sent; an error unless all `count` were created with one
+/// delivery each.
+pub fn batch_ids(body: &[u8], count: usize) -> Result<Vec<(String, String)>, String> {
+    let answer: BatchAnswer = serde_json::from_slice(body).map_err(|e| format!("unreadable 202 body: {e}"))?;
+    if answer.events.len() != count {
+        return Err(format!("{} results for {count} events", answer.events.len()));
+    }
+    answer
+        .events
+        .into_iter()
+        .map(|event| match (event.status, event.id, event.deliveries.as_slice()) {
+            (202, Some(id), [delivery]) => Ok((id, delivery.id.clone())),
+            (202, Some(id), deliveries) => Err(format!("event {id} made {} deliveries, not 1", deliveries.len())),
+            (status, _, _) => Err(format!("an event of the batch answered {status}")),
+        })
+        .collect()
+}
+
+/// A figure against its bound.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judged {
+    /// `None` when it could not be measured (no reads, no baseline).
+    pub value: Option<f64>,
+    pub bound: f64,
+    pub pass: bool,
+}
+
+/// The node's RSS with the history over its RSS without, at the end of
+/// each steady phase: at most `bound` passes.
+pub fn rss_ratio(with_mib: Option<f64>, without_mib: Option<f64>, bound: f64) -> Judged {
+    let value = with_mib.zip(without_mib.filter(|&w| w > 0.0)).map(|(with, without)| with / without);
+    Judged { value, bound, pass: value.is_some_and(|r| r <= bound) }
+}
+
+/// A read p99 (ms) of `reads` reads: under `bound` passes; no reads fail.
+pub fn read_p99(p99_ms: f64, reads: usize, bound: f64) -> Judged {
+    let value = (reads > 0).then_some(p99_ms);
+    Judged { value, bound, pass: value.is_some_and(|p| p < bound) }
+}
+
+/// The preload: how fast the node took and delivered the history.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preload {
+    pub requested: usize,
+    pub accepted: usize,
+    pub not_accepted: u64,
+    /// From the first request to the last answer.
+    pub ingest_s: f64,
+    pub accepted_per_s: f64,
+    /// From the first request until every accepted event's delivery
+    /// arrived and the node had none pending.
+    pub delivered_s: f64,
+    pub delivered_per_s: f64,
+    /// Of the node, once every delivery was finished.
+    pub rss_mib: Option<f64>,
+    /// (event, delivery) ids the reader draws from.
+    pub sampled_ids: usize,
+}
+
+/// Timed reads of one kind.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reads {
+    pub count: usize,
+    /// Not answered 200 within the timeout.
+    pub failed: u64,
+    pub latency_ms: Quantiles,
+}
+
+/// One steady phase: the open load, the reads beside it, the node's memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct Steady {
+    pub finished_before: usize,
+    pub rate: f64,
+    pub duration_s: f64,
+    pub offered: usize,
+    pub accepted: usize,
+    pub not_accepted: u64,
+    pub ingest_latency_ms: Quantiles,
+    pub end_to_end_latency_ms: Quantiles,
+    pub lost: usize,
+    pub rss_start_mib: Option<f64>,
+    pub rss_end_mib: Option<f64>,
+    pub event_reads: Reads,
+    pub delivery_reads: Reads,
+}
+
+/// The history scenario's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryFigures {
+    pub scenario: &'static str,
+    pub history: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preload: Option<Preload>,
+    pub steady: Steady,
+    /// The same steady phase on a node without history (`--compare-empty`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub empty: Option<Steady>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_ratio: Option<Judged>,
+    pub event_read_p99: Judged,
+    pub delivery_read_p99: Judged,
+}
+
+impl HistoryFigures {
+    /// Expected deliveries of the steady phases that never arrived.
+    pub fn lost(&self) -> usize {
+        self.steady.lost + self.empty.as_ref().map_or(0, |e| e.lost)
+    }
+}
+
+/// What a history run does.
+pub struct Plan {
+    pub history: usize,
+    pub rate: f64,
+    pub duration: Duration,
+    pub connections: usize,
+    pub payload_bytes: usize,
+    pub compare_empty: bool,
+    pub delivery_deadline: Duration,
+    pub node_args: Vec<String>,
+}
+
+/// Runs the scenario: the phase with its history, then, if asked, the
+/// phase without.
+pub async fn run(plan: &Plan, bin: &std::path::PathBuf) -> Result<HistoryFigures> {
+    eprintln!("== history: {} finished deliveries, then {} events/s for {:?}", plan.history, plan.rate, plan.duration);
+    let (preload, steady) = phase(plan, bin, plan.history).await?;
+    let empty = if plan.compare_empty && plan.history > 0 {
+        eprintln!("== history: the same steady phase on a node without history");
+        Some(phase(plan, bin, 0).await?.1)
+    } else {
+        None
+    };
+    let rss_ratio = empty.as_ref().map(|e| rss_ratio(steady.rss_end_mib, e.rss_end_mib, RSS_RATIO_BOUND));
+    let judge = |reads: &Reads| read_p99(reads.latency_ms.p99, reads.count, READ_P99_BOUND_MS);
+    Ok(HistoryFigures {
+        scenario: Scenario::History.name(),
+        history: plan.history,
+        event_read_p99: judge(&steady.event_reads),
+        delivery_read_p99: judge(&steady.delivery_reads),
+        preload,
+        steady,
+        empty,
+        rss_ratio,
+    })
+}
+
+/// One fresh node: `history` finished deliveries, then the steady phase.
+async fn phase(plan: &Plan, bin: &std::path::PathBuf, history: usize) -> Result<(Option<Preload>, Steady)> {
+    crate::write_back_dirty_pages().await;
+    let scenario = Scenario::History;
+    let deployment = Deployment::start(1, bin, plan.node_args.clone()).await;
+    let origin = Instant::now();
+    let steady_events = crate::soak::events_for(plan.rate, plan.duration);
+    let (fleet, fleet_url) = Fleet::start(origin, history + steady_events).await?;
+    let registrar = deployment.registrar().await;
+    for spec in scenario.endpoints() {
+        let mut body = spec.settings.clone();
+        body["url"] = format!("{fleet_url}/{}/{}", spec.behaviour, spec.index).into();
+        register_endpoint(registrar, &body).await;
+    }
+    let pid = deployment.pids().first().map(|&(_, pid)| pid);
+    let rss_mib = || pid.and_then(crate::procstat::sample).map(|s| s.rss_bytes as f64 / crate::MIB);
+    let done = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(Progress::default());
+    let printer = tokio::spawn(crate::print_progress(origin, progress.clone(), fleet.clone(), done.clone()));
+
+    let (preload, ids) = if history > 0 {
+        let url = format!("{}/batch", deployment.event_urls()[0]);
+        let started = Instant::now();
+        let (ids, accepted, not_accepted) =
+            preload_history(&url, history, plan.payload_bytes, origin, &progress).await?;
+        let ingest_s = started.elapsed().as_secs_f64();
+        wait_until_finished(&deployment, &fleet, accepted, plan.delivery_deadline).await;
+        let delivered_s = started.elapsed().as_secs_f64();
+        let preload = Preload {
+            requested: history,
+            accepted,
+            not_accepted,
+            ingest_s,
+            accepted_per_s: accepted as f64 / ingest_s.max(f64::EPSILON),
+            delivered_s,
+            delivered_per_s: fleet.distinct().min(accepted) as f64 / delivered_s.max(f64::EPSILON),
+            rss_mib: rss_mib(),
+            sampled_ids: ids.len(),
+        };
+        (Some(preload), ids)
+    } else {
+        (None, Vec::new())
+    };
+    let finished_before = fleet.distinct();
+
+    let load = Arc::new(Load {
+        urls: deployment.event_urls(),
+        events: steady_events,
+        connections: plan.connections,
+        per_request: 1,
+        payload_bytes: plan.payload_bytes,
+        event_type: scenario.event_type(),
+        ordering_key: None,
+        origin,
+        rate: Some(plan.rate),
+    });
+    let rss_start_mib = rss_mib();
+    let steady_start = origin.elapsed();
+    let reads = (READS_PER_S * plan.duration.as_secs_f64()) as usize;
+    let reader = tokio::spawn(read_randomly(deployment.urls(""), Arc::new(ids), reads));
+    let (accepted, not_accepted) = load::run(load, progress.clone()).await?;
+    let rss_end_mib = rss_mib();
+    let (event_reads, delivery_reads) = reader.await.context("the reader panicked")?;
+    let expected: Vec<(u32, &str)> = accepted
+        .iter()
+        .flat_map(|a| scenario.healthy_targets(a.index).into_iter().map(move |t| (t, a.event_id.as_str())))
+        .collect();
+    crate::figures::wait_for_arrivals(&fleet, finished_before + expected.len(), plan.delivery_deadline).await;
+    done.store(true, Ordering::Relaxed);
+    let _ = printer.await;
+    let delivered = fleet.arrived_among(expected.iter().copied());
+    let mut ingest_us: Vec<u64> = accepted.iter().map(|a| micros(a.latency)).collect();
+    ingest_us.sort_unstable();
+    let steady = Steady {
+        finished_before,
+        rate: plan.rate,
+        duration_s: plan.duration.as_secs_f64(),
+        offered: steady_events,
+        accepted: accepted.len(),
+        not_accepted,
+        ingest_latency_ms: Quantiles::of_sorted_us(&ingest_us),
+        end_to_end_latency_ms: Quantiles::of_sorted_us(&fleet.latencies_us_sent_from(steady_start)),
+        lost: expected.len() - delivered,
+        rss_start_mib,
+        rss_end_mib,
+        event_reads,
+        delivery_reads,
+    };
+    Ok((preload, steady))
+}
+
+/// Posts `total` events in batches over [`PRELOAD_CONNECTIONS`]
+/// connections as fast as the node answers; returns a sample of their
+/// (event, delivery) ids, the events accepted and those not.
+async fn preload_history(
+    url: &str,
+    total: usize,
+    payload_bytes: usize,
+    origin: Instant,
+    progress: &Arc<Progress>,
+) -> Result<(Vec<(String, String)>, usize, u64)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let sample = Arc::new(Mutex::new(Reservoir::new(SAMPLE_IDS, 0x4849_5354)));
+    let failed = Arc::new(AtomicU64::new(0));
+    let event_type = Scenario::History.event_type();
+    let mut tasks = Vec::new();
+    for _ in 0..PRELOAD_CONNECTIONS {
+        let mut client = Connection::to(url).with_context(|| format!("cannot post to {url}"))?;
+        let (next, sample, failed, progress) = (next.clone(), sample.clone(), failed.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(PRELOAD_BATCH, Ordering::Relaxed);
+                if first >= total {
+                    return;
+                }
+                let indexes = first..(first + PRELOAD_BATCH).min(total);
+                let count = indexes.len();
+                let sent = Instant::now();
+                let sent_ns = u64::try_from(sent.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
+                let bodies: Vec<String> =
+                    indexes.map(|i| load::event_body(&event_type(i), None, sent_ns, payload_bytes)).collect();
+                let body = format!("{{\"events\":[{}]}}", bodies.join(","));
+                let why = match client.post(body.as_bytes()).await {
+                    Ok((202, answer)) => match batch_ids(&answer, count) {
+                        Ok(ids) => {
+                            progress.accepted.fetch_add(count as u64, Ordering::Relaxed);
+                            progress.answered(sent.elapsed());
+                            let mut sample = sample.lock().unwrap_or_else(PoisonError::into_inner);
+                            ids.into_iter().for_each(|pair| sample.offer(pair));
+                            continue;
+                        }
+                        Err(why) => why,
+                    },
+                    Ok((status, answer)) => format!("{status} {}", String::from_utf8_lossy(&answer)),
+                    Err(error) => error,
+                };
+                progress.failed.fetch_add(count as u64, Ordering::Relaxed);
+                if failed.fetch_add(1, Ordering::Relaxed) < FAILURES_PRINTED_MAX {
+                    eprintln!("preload events {first}.. not accepted: {why}");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.context("a preload task panicked")?;
+    }
+    let sample = Arc::try_unwrap(sample).map_err(|_| anyhow::anyhow!("the preload sample is still shared"))?;
+    let sample = sample.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let accepted = usize::try_from(sample.seen()).unwrap_or(usize::MAX);
+    let not_accepted = total.saturating_sub(accepted) as u64;
+    Ok((sample.into_items(), accepted, not_accepted))
+}
+
+/// Waits until the fleet has every one of `accepted` deliveries and the
+/// node counts none pending (its record of each attempt follows the
+/// answer), or `deadline` passes.
+async fn wait_until_finished(deployment: &Deployment, fleet: &Fleet, accepted: usize, deadline: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < deadline {
+        if fleet.distinct() >= accepted && deployment.metric_sum("hookraft_pending_deliveries").await == Some(0.0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("   (the preload was not all finished within {} s)", deadline.as_secs());
+}
+
+/// Issues `reads` reads at [`READS_PER_S`], alternating an event and a
+/// delivery, each of a pair drawn at random from `ids`; returns the
+/// timings of each kind.
+async fn read_randomly(bases: Vec<String>, ids: Arc<Vec<(String, String)>>, reads: usize) -> (Reads, Reads) {
+    let mut timings: [(Vec<u64>, u64); 2] = [(Vec::new(), 0), (Vec::new(), 0)];
+    let base = bases.into_iter().next().unwrap_or_default();
+    let client = reqwest::Client::builder().no_proxy().timeout(READ_TIMEOUT).build().unwrap_or_default();
+    let mut rng = Rng::new(0x5245_4144);
+    let reads = if ids.is_empty() { 0 } else { reads };
+    let start = tokio::time::Instant::now();
+    for k in 0..reads {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(k as f64 / READS_PER_S)).await;
+        let pick = usize::try_from(rng.below(ids.len() as u64)).unwrap_or(0);
+        let (event, delivery) = &ids[pick];
+        let kind = k % 2;
+        let url =
+            if kind == 0 { format!("{base}/v1/events/{event}") } else { format!("{base}/v1/deliveries/{delivery}") };
+        let sent = Instant::now();
+        let read = match client.get(&url).send().await {
+            Ok(response) if response.status() == reqwest::StatusCode::OK => response.bytes().await.is_ok(),
+            Ok(response) => {
+                eprintln!("   (read {url} answered {})", response.status());
+                false
+            }
+            Err(_) => false,
+        };
+        let (latencies, failed) = &mut timings[kind];
+        if read {
+            latencies.push(micros(sent.elapsed()));
+        } else {
+            *failed += 1;
+        }
+    }
+    let [events, deliveries] = timings.map(|(mut latencies, failed)| {
+        latencies.sort_unstable();
+        Reads { count: latencies.len(), failed, latency_ms: Quantiles::of_sorted_us(&latencies) }
+    });
+    (events, deliveries)
+}
+
+/// The report for a human.
+pub fn render(figures: &HistoryFigures) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "== history: {} finished deliveries kept", figures.history);
+    if let Some(p) = &figures.preload {
+        let _ = writeln!(
+            out,
+            "  preload:   {} of {} accepted ({} not) in {:.1} s ({:.0} events/s); all finished after {:.1} s ({:.0} deliveries/s); node RSS {}; {} ids sampled",
+            p.accepted,
+            p.requested,
+            p.not_accepted,
+            p.ingest_s,
+            p.accepted_per_s,
+            p.delivered_s,
+            p.delivered_per_s,
+            mib(p.rss_mib),
+            p.sampled_ids
+        );
+    }
+    render_steady("steady", &figures.steady, &mut out);
+    if let Some(empty) = &figures.empty {
+        render_steady("no history", empty, &mut out);
+    }
+    let verdict = |judged: &Judged| if judged.pass { "PASS" } else { "FAIL" };
+    if let Some(ratio) = &figures.rss_ratio {
+        let _ = writeln!(
+            out,
+            "  history RSS: with / without {} (end of steady: {} / {}): {} (bound {:.1}x)",
+            ratio.value.map_or("-".to_owned(), |r| format!("{r:.2}x")),
+            mib(figures.steady.rss_end_mib),
+            mib(figures.empty.as_ref().and_then(|e| e.rss_end_mib)),
+            verdict(ratio),
+            ratio.bound
+        );
+    }
+    for (what, judged) in [("event", &figures.event_read_p99), ("delivery", &figures.delivery_read_p99)] {
+        let _ = writeln!(
+            out,
+            "  history {what} read p99: {}: {} (bound {:.0} ms)",
+            judged.value.map_or("- (no reads)".to_owned(), |p| format!("{p:.2} ms")),
+            verdict(judged),
+            judged.bound
+        );
+    }
+    out
+}
+
+fn render_steady(name: &str, s: &Steady, out: &mut String) {
+    use std::fmt::Write as _;
+    let q = |q: &Quantiles| format!("p50 {:.2} p99 {:.2} p999 {:.2} max {:.2} ms", q.p50, q.p99, q.p999, q.max);
+    let _ = writeln!(
+        out,
+        "  {name}: {} events/s for {:.0} s after {} finished: {} of {} accepted ({} not), lost {}",
+        s.rate, s.duration_s, s.finished_before, s.accepted, s.offered, s.not_accepted, s.lost
+    );
+    let _ = writeln!(out, "    ingest      {}", q(&s.ingest_latency_ms));
+    let _ = writeln!(out, "    end-to-end  {}", q(&s.end_to_end_latency_ms));
+    let _ = writeln!(out, "    node RSS    start {}, end {}", mib(s.rss_start_mib), mib(s.rss_end_mib));
+    for (what, reads) in [("event reads", &s.event_reads), ("deliveries ", &s.delivery_reads)] {
+        if reads.count > 0 || reads.failed > 0 {
+            let _ = writeln!(out, "    {what} {} ({} failed): {}", reads.count, reads.failed, q(&reads.latency_ms));
+        }
+    }
+}
+
+fn mib(value: Option<f64>) -> String {
+    value.map_or("-".to_owned(), |v| format!("{v:.0} MiB"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_stay_below_their_bound_and_cover_it() {
+        let mut rng = Rng::new(7);
+        let mut hits = [0u32; 10];
+        for _ in 0..10_000 {
+            let pick = rng.below(10);
+            assert!(pick < 10);
+            hits[pick as usize] += 1;
+        }
+        assert!(hits.iter().all(|&h| (800..1_200).contains(&h)), "{hits:?}");
+        assert_eq!(rng.below(0), 0);
+        assert_eq!(Rng::new(7).next_u64(), Rng::new(7).next_u64(), "a seed repeats its picks");
+    }
+
+    #[test]
+    fn the_reservoir_keeps_a_uniform_sample_of_its_capacity() {
+        let mut short = Reservoir::new(10, 1);
+        (0..4).for_each(|i| short.offer(i));
+        assert_eq!((short.seen(), short.into_items()), (4, vec![0, 1, 2, 3]), "all of a short stream");
+
+        let mut reservoir = Reservoir::new(1_000, 1);
+        (0..100_000u64).for_each(|i| reservoir.offer(i));
+        assert_eq!(reservoir.seen(), 100_000);
+        let items = reservoir.into_items();
+        assert_eq!(items.len(), 1_000);
+        // A uniform sample has as many from each tenth of the stream, about
+        // 100 each; a sample of the first thousand would have them all in one.
+        let mut per_tenth = [0u32; 10];
+        items.iter().for_each(|&i| per_tenth[(i / 10_000) as usize] += 1);
+        assert!(per_tenth.iter().all(|&n| (60..140).contains(&n)), "{per_tenth:?}");
+        let mut distinct = items.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 1_000, "no item kept twice");
+    }
+
+    #[test]
+    fn a_batch_answer_gives_each_event_and_its_delivery() {
+        let body = br#"{"events":[
+            {"status":202,"id":"evt_a","type":"bench.0","deliveries":[{"id":"dlv_a","endpoint_id":"ep_0","state":"pending"}]},
+            {"status":202,"id":"evt_b","type":"bench.1","deliveries":[{"id":"dlv_b","endpoint_id":"ep_1","state":"pending"}]}]}"#;
+        assert_eq!(batch_ids(body, 2), Ok(vec![("evt_a".into(), "dlv_a".into()), ("evt_b".into(), "dlv_b".into())]));
+        assert!(batch_ids(body, 3).is_err(), "a result missing");
+        let unrouted = br#"{"events":[{"status":202,"id":"evt_a","type":"x","deliveries":[]}]}"#;
+        assert!(batch_ids(unrouted, 1).is_err(), "an event without its delivery");
+        let refused = br#"{"events":[{"status":422,"detail":"bad"}]}"#;
+        assert!(batch_ids(refused, 1).is_err());
+        assert!(batch_ids(b"not json", 1).is_err());
+    }
+
+    #[test]
+    fn the_rss_ratio_passes_within_its_bound() {
+        let within = rss_ratio(Some(120.0), Some(100.0), RSS_RATIO_BOUND);
+        assert!(within.pass && within.value.is_some_and(|r| (r - 1.2).abs() < 1e-9), "the bound itself passes");
+        let over = rss_ratio(Some(121.0), Some(100.0), RSS_RATIO_BOUND);
+        assert!(!over.pass);
+        assert_eq!(rss_ratio(None, Some(100.0), RSS_RATIO_BOUND), Judged { value: None, bound: 1.2, pass: false });
+        assert!(!rss_ratio(Some(100.0), Some(0.0), RSS_RATIO_BOUND).pass, "no baseline, no verdict");
+    }
+
+    #[test]
+    fn a_read_p99_passes_under_its_bound_and_only_with_reads() {
+        assert!(read_p99(4.99, 100, READ_P99_BOUND_MS).pass);
+        assert!(!read_p99(5.0, 100, READ_P99_BOUND_MS).pass, "under, not at");
+        assert_eq!(read_p99(0.0, 0, READ_P99_BOUND_MS), Judged { value: None, bound: 5.0, pass: false });
+    }
+}
