@@ -58,10 +58,14 @@ pub struct History {
     store: Option<Arc<dyn HistoryStore>>,
     /// What the three hold together.
     counts: Counts,
+    /// Decoded from an encoding that left the records to the store
+    /// (`codec.rs`): [`History::attach`] must give it that store.
+    apart: bool,
 }
 
-/// What the history holds, all layers together.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the history holds, all layers together. Encoded in place of the
+/// records when they are in the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Counts {
     events: u64,
     deliveries: u64,
@@ -509,6 +513,52 @@ impl History {
         self.store = Some(store);
     }
 
+    /// Gives the history the store its records are kept in, once, as a
+    /// state machine opens: either the history was decoded from an
+    /// encoding that left its records to this store (the store must then
+    /// hold exactly what the encoding counted), or the store is empty and
+    /// the history's records are all in memory, for the next flush to write.
+    pub fn attach(&mut self, store: Arc<dyn HistoryStore>) -> Result<(), String> {
+        if self.store.is_some() {
+            return Err("the history already has its store".into());
+        }
+        let held = store.counts().map_err(|e| e.to_string())?;
+        let counted = (self.counts.events, self.counts.deliveries, self.counts.bytes);
+        let matches = if self.apart {
+            (held.events, held.deliveries, held.bytes) == counted
+        } else {
+            held == super::history_store::StoreCounts::default()
+        };
+        if !matches {
+            return Err(format!(
+                "the history store holds {} events, {} deliveries, {} bytes; the state counts {} events, {} deliveries, {} bytes{}",
+                held.events,
+                held.deliveries,
+                held.bytes,
+                counted.0,
+                counted.1,
+                counted.2,
+                if self.apart { "" } else { " in memory, with none in the store" },
+            ));
+        }
+        self.store = Some(store);
+        self.apart = true;
+        Ok(())
+    }
+
+    /// The records of every layer and the store, encoded whole as the
+    /// layout before [`HistoryV4`]'s successor did: for tests of that layout.
+    #[cfg(test)]
+    pub(super) fn whole(&self) -> impl serde::Serialize + '_ {
+        codec::Whole(self)
+    }
+
+    /// Whether the records are kept in a store (then the state encodes
+    /// only what the history counts).
+    pub fn is_apart(&self) -> bool {
+        self.apart
+    }
+
     /// Checks the layers' indexes and the counts against the records.
     pub(super) fn check(&self) -> Result<(), String> {
         let mut counted = Counts::default();
@@ -577,6 +627,7 @@ impl fmt::Debug for History {
 mod codec;
 mod layer;
 use codec::{Blob, decode};
+pub use codec::HistoryV4;
 use layer::{DeliveryChange, EventChange, Layer, Says};
 #[cfg(test)]
 mod tests;

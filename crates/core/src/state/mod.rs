@@ -34,9 +34,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use history::{History, IdRange};
-pub use layouts::{ClusterStateV1, ClusterStateV2, ClusterStateV3};
-use layouts::{Encoded, Ordered};
+pub use history::{History, HistoryV4, IdRange};
+pub use layouts::{ClusterStateV1, ClusterStateV2, ClusterStateV3, ClusterStateV4};
 pub use replay::{REPLAY_BATCH_MAX, REPLAY_SCAN_MAX};
 pub use sources::{ENDPOINT_SOURCES_MAX, InboundState};
 
@@ -48,7 +47,7 @@ pub use usage::{Usage, delivery_bytes, event_bytes, new_event_bytes};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "Encoded<Ordered, InboundState, History>")]
+#[serde(from = "layouts::Current")]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
     /// Events and deliveries are boxed: a B-tree node keeps slack for 11
@@ -94,7 +93,7 @@ pub struct ClusterState {
     /// Dead deliveries of each endpoint (deleted endpoints' too), in id
     /// order: what a bulk replay and a listing of one endpoint's dead
     /// deliveries walk instead of every delivery. Derived from
-    /// `deliveries`: never encoded, rebuilt after a decode ([`Encoded`]),
+    /// `deliveries`: never encoded, rebuilt after a decode (`state/layouts.rs`),
     /// kept up to date by every apply that makes a delivery dead or takes
     /// one out of that state (`mark_dead`, `unmark_dead`).
     #[serde(skip)]
@@ -108,10 +107,10 @@ pub struct ClusterState {
     /// ordered delivery (`state/ordered.rs`). Encoded last: a snapshot of
     /// the first layout has none (`ClusterStateV1`).
     ordered: crate::ordering::OrderedKeys<ordered::OrderKey>,
-    /// How many numbered deliveries of each ordered key the state holds:
-    /// a key is forgotten with the last of them. Derived from `deliveries`,
-    /// never encoded, counted again after a decode.
-    #[serde(skip)]
+    /// How many numbered deliveries of each ordered key the state holds
+    /// (the history's too): a key is forgotten with the last of them.
+    /// Derived from the records, but encoded (from `V5`): with the history
+    /// in a store, counting again would read every finished record.
     numbered: BTreeMap<ordered::OrderKey, u32>,
     /// The inbound sources and the stale guard's newest versions
     /// (`state/sources.rs`, `state/stale.rs`). Encoded last: snapshots of

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::ClusterState;
 use super::history::IdRange;
+use super::history_store::{Flush, HistoryStore};
 use super::usage::{delivery_bytes, event_bytes};
 use crate::ids::{DeliveryId, EndpointId, EventId};
 use crate::model::{Delivery, DeliveryState, Event};
@@ -124,6 +125,27 @@ impl ClusterState {
     /// The finished events and deliveries, encoded.
     pub fn history(&self) -> &super::History {
         &self.history
+    }
+
+    /// Keeps the history's records in `store` from now on (see
+    /// [`History::attach`](super::History::attach)): the state then encodes
+    /// only what its history counts, and the store must be written in the
+    /// same transaction as that encoding.
+    pub fn attach_history(&mut self, store: Arc<dyn HistoryStore>) -> Result<(), String> {
+        self.history.attach(store)
+    }
+
+    /// Starts a flush of the history's changes to its store
+    /// ([`History::seal`](super::History::seal)); call it together with
+    /// the clone of the state to be encoded beside the flush, under one lock.
+    pub fn seal_history(&mut self) -> Flush {
+        self.history.seal()
+    }
+
+    /// The store committed the last sealed flush
+    /// ([`History::flushed`](super::History::flushed)).
+    pub fn history_flushed(&mut self, store: Arc<dyn HistoryStore>) {
+        self.history.flushed(store);
     }
 
     /// An event, in memory or in the history.

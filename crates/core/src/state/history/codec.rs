@@ -1,6 +1,10 @@
-//! How a history encodes (a map of events and a map of deliveries, each
-//! record a byte string, whatever the layers) and decodes (every record
-//! checked, all of it into the open layer).
+//! How a history encodes: whole (a map of events and a map of deliveries,
+//! each record a byte string, whatever the layers) or, once its records
+//! are kept in a store, apart (only what it counts: the store holds the
+//! records, written in the same transaction as the encoding). Decoding
+//! whole checks every record and puts all of it in the open layer;
+//! decoding apart leaves the history waiting for its store
+//! ([`History::attach`]).
 
 use serde::de::{DeserializeOwned, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeStruct};
@@ -8,9 +12,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::*;
 
-/// Encodes as a map of events and a map of deliveries, each record a byte
-/// string, whatever the layers.
-impl Serialize for History {
+/// The records of every layer, as a map of events and a map of deliveries.
+pub(super) struct Whole<'a>(pub(super) &'a History);
+
+impl Serialize for Whole<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct Rows<'a, K>(Vec<(K, Found<'a>)>);
         impl<K: Serialize> Serialize for Rows<'_, K> {
@@ -24,10 +29,50 @@ impl Serialize for History {
         }
         let all = (Bound::Unbounded, Bound::Unbounded);
         let mut state = serializer.serialize_struct("History", 2)?;
-        state.serialize_field("events", &Rows(self.event_rows(all, false).collect()))?;
+        state.serialize_field("events", &Rows(self.0.event_rows(all, false).collect()))?;
         let every = (Bound::Unbounded, Bound::Unbounded);
-        state.serialize_field("deliveries", &Rows(self.delivery_rows(every, false).collect()))?;
+        state.serialize_field("deliveries", &Rows(self.0.delivery_rows(every, false).collect()))?;
         state.end()
+    }
+}
+
+/// Encodes [`Encoding::Apart`] once the records are kept in a store,
+/// [`Encoding::Whole`] before.
+impl Serialize for History {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.apart {
+            serializer.serialize_newtype_variant("Encoding", 1, "Apart", &self.counts)
+        } else {
+            serializer.serialize_newtype_variant("Encoding", 0, "Whole", &Whole(self))
+        }
+    }
+}
+
+/// What a history encodes as. A shipped variant is frozen.
+#[derive(Deserialize)]
+enum Encoding {
+    Whole(Stored),
+    Apart(Counts),
+}
+
+impl<'de> Deserialize<'de> for History {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Encoding::deserialize(deserializer)? {
+            Encoding::Whole(stored) => History::try_from(stored).map_err(serde::de::Error::custom),
+            Encoding::Apart(counts) => Ok(History { counts, apart: true, ..History::default() }),
+        }
+    }
+}
+
+/// A history as the layout before [`Encoding`] encoded it: always whole,
+/// with no tag.
+#[derive(Debug)]
+pub struct HistoryV4(pub History);
+
+impl<'de> Deserialize<'de> for HistoryV4 {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = Stored::deserialize(deserializer)?;
+        History::try_from(stored).map(HistoryV4).map_err(serde::de::Error::custom)
     }
 }
 
@@ -36,13 +81,6 @@ struct BytesRef<'a>(&'a [u8]);
 impl Serialize for BytesRef<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_bytes(self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for History {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let stored = Stored::deserialize(deserializer)?;
-        History::try_from(stored).map_err(serde::de::Error::custom)
     }
 }
 

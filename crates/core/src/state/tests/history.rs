@@ -163,9 +163,7 @@ fn a_snapshot_of_the_layout_before_the_history_moves_its_finished_events_when_de
     old.bring_back_delivery(&finished);
     old.touched.clear();
     assert!(old.deliveries.contains_key(&finished));
-    let mut bytes = bincode::serde::encode_to_vec(&old, bincode::config::standard()).expect("encodes");
-    let empty_history = bincode::serde::encode_to_vec(History::default(), bincode::config::standard()).unwrap();
-    bytes.truncate(bytes.len() - empty_history.len());
+    let bytes = encoded_before_numbered(&old, None);
     let (decoded, _): (ClusterStateV3, _) =
         bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes");
     let decoded = decoded.0;
@@ -189,4 +187,114 @@ fn a_history_record_that_does_not_decode_is_refused_with_the_snapshot() {
     let refused = bincode::serde::decode_from_slice::<ClusterState, _>(&broken, bincode::config::standard());
     assert!(refused.is_err(), "a broken record decoded");
     assert!(bincode::serde::decode_from_slice::<ClusterState, _>(&bytes, bincode::config::standard()).is_ok());
+}
+
+/// The state in a layout from before the numbered deliveries were encoded:
+/// `V3` without a history, `V4` with it whole and untagged (bincode encodes
+/// a struct as the tuple of its fields).
+fn encoded_before_numbered(state: &ClusterState, history: Option<&History>) -> Vec<u8> {
+    let fields = (
+        &state.endpoints,
+        &state.events,
+        &state.deliveries,
+        &state.idempotency,
+        &state.active,
+        &state.nodes,
+        &state.shards,
+        state.last_token,
+        state.outcomes_rejected_stale,
+        &state.ordered,
+        &state.inbound,
+    );
+    let mut bytes = bincode::serde::encode_to_vec(fields, bincode::config::standard()).expect("encodes");
+    if let Some(history) = history {
+        let whole = bincode::serde::encode_to_vec(history.whole(), bincode::config::standard()).expect("encodes");
+        bytes.extend_from_slice(&whole);
+    }
+    bytes
+}
+
+#[test]
+fn a_snapshot_of_the_layout_before_the_numbered_counts_decodes_and_counts_them() {
+    let mut rng = StdRng::seed_from_u64(81);
+    let on_dead = crate::ordering::OnDead::Skip;
+    let a = Endpoint { ordering: crate::model::Ordering::PerKey { on_dead }, ..endpoint(&mut rng, None) };
+    let mut state = state_with(std::slice::from_ref(&a));
+    let ordered_event = |rng: &mut StdRng| NewEvent { ordering_key: Some("k".into()), ..event(rng, "x", None, None) };
+    let first = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![ordered_event(&mut rng)] }));
+    created(state.apply(&Command::IngestEvents { now_ms: 6, events: vec![ordered_event(&mut rng)] }));
+    report(&mut state, &first[0].0, Some(200), Decision::Delivered, 6_000);
+    assert!(state.history().contains_delivery(&first[0].0), "one ordered delivery is finished");
+    let bytes = encoded_before_numbered(&state, Some(state.history()));
+    let (decoded, _): (ClusterStateV4, _) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes");
+    assert_eq!(decoded.0, state);
+    assert_eq!(decoded.0.numbered, state.numbered, "counted from the records, the history's included");
+    assert!(!state.numbered.is_empty());
+    decoded.0.check_invariants().unwrap();
+}
+
+#[test]
+fn with_its_store_the_state_encodes_only_what_the_history_counts() {
+    use crate::state::history_store::MemStore;
+    let (mut state, _, pending) = one_pending(82);
+    let mut rng = StdRng::seed_from_u64(83);
+    let events = (0..5).map(|_| event(&mut rng, "a", None, None)).collect();
+    let Response::Ingested { results } = state.apply(&Command::IngestEvents { now_ms: 9, events }) else {
+        panic!("expected Ingested")
+    };
+    let finished: Vec<DeliveryId> = results
+        .into_iter()
+        .flat_map(|r| match r {
+            IngestResult::Created { deliveries, .. } => deliveries,
+            other => panic!("expected Created, got {other:?}"),
+        })
+        .map(|(d, _)| d)
+        .collect();
+    assert_eq!(finished.len(), 5);
+    for (n, id) in finished.iter().enumerate() {
+        let decision = if n % 2 == 0 { Decision::Delivered } else { dead("gone") };
+        report(&mut state, id, Some(410), decision, 6_000 + n as u64);
+    }
+    let whole = bincode::serde::encode_to_vec(&state, bincode::config::standard()).expect("encodes");
+
+    // Attached to an empty store, every record is still in memory.
+    state.attach_history(Arc::new(MemStore::default())).expect("an empty store takes any history");
+    let refused = state.attach_history(Arc::new(MemStore::default()));
+    assert!(refused.is_err_and(|e| e.contains("already")), "a history has one store");
+    let flush = state.seal_history();
+    assert_eq!((flush.events.len(), flush.deliveries.len()), (5, 5));
+    let snapshot = state.clone();
+    let mut store = MemStore::default();
+    store.apply(&flush);
+    let apart = bincode::serde::encode_to_vec(&snapshot, bincode::config::standard()).expect("encodes");
+    let records = snapshot.history().bytes() as usize;
+    assert!(apart.len() + records <= whole.len(), "apart {} bytes, whole {}", apart.len(), whole.len());
+    state.history_flushed(Arc::new(store.clone()));
+    assert!(state.history().held_bytes() == 0 && state.history().delivery_count() == 5);
+
+    // A node restarting decodes the state, then attaches the store.
+    let (mut restored, _): (ClusterState, _) =
+        bincode::serde::decode_from_slice(&apart, bincode::config::standard()).expect("decodes");
+    assert!(restored.history().is_apart() && restored.delivery(&finished[1]).is_none(), "no records before its store");
+    restored.attach_history(Arc::new(store.clone())).expect("the store holds what the state counts");
+    assert_eq!(restored, state);
+    assert_eq!(restored.delivery(&finished[1]).expect("read from the store").state, DeliveryState::Dead);
+    assert_eq!(restored.dead_count(), 2);
+    assert!(restored.deliveries.contains_key(&pending));
+    restored.check_invariants().unwrap();
+
+    // A store that is not the one written with the state is refused.
+    let (mut stray, _): (ClusterState, _) =
+        bincode::serde::decode_from_slice(&apart, bincode::config::standard()).expect("decodes");
+    let refused = stray.attach_history(Arc::new(MemStore::default()));
+    assert!(refused.is_err_and(|e| e.contains("the state counts 5 events")), "an empty store");
+    let mut behind = MemStore::default();
+    let mut partial = flush.clone();
+    partial.deliveries.pop();
+    behind.apply(&partial);
+    assert!(stray.attach_history(Arc::new(behind)).is_err(), "a store missing a record");
+    // A history kept in memory refuses a store that already holds records.
+    let mut fresh = one_pending(84).0;
+    assert!(fresh.attach_history(Arc::new(store)).is_err_and(|e| e.contains("none in the store")));
 }
