@@ -121,10 +121,21 @@ async fn a_payload_is_nowhere_on_disk_after_a_snapshot_and_a_restart_yet_is_deli
         verify_request(request, &[&secret]).expect("signed over the plaintext");
         assert_eq!(request.body_json()["card"], MARKER, "the body is the plaintext");
     }
-    eventually(DEADLINE, POLL_INTERVAL, "a snapshot on disk", async || {
-        file_named(&node.data_dir(), "hookraft-snapshot")
+    // The delivered events are history: a snapshot past their deliveries
+    // writes them to the history store on disk, the state beside them.
+    let gauge = async |name: &str| {
+        let Ok(response) = node.client().get(node.url("/metrics")).send().await else { return 0.0 };
+        let text = response.text().await.unwrap_or_default();
+        let parsed = hookraft_tests::exposition::parse(&text, hookraft_tests::exposition::Format::Prometheus);
+        parsed.ok().and_then(|e| e.value(name, &[])).unwrap_or(0.0)
+    };
+    let delivered_at = gauge("hookraft_raft_applied_index").await;
+    assert!(gauge("hookraft_history_bytes").await > 0.0, "the delivered events are history");
+    eventually(DEADLINE, POLL_INTERVAL, "a snapshot of the delivered events on disk", async || {
+        gauge("hookraft_snapshot_index").await >= delivered_at
     })
     .await;
+    assert!(file_named(&node.data_dir(), "hookraft-history.redb"), "the history store is on disk");
     assert_eq!(files_containing(&node.data_dir(), MARKER.as_bytes()), Vec::<PathBuf>::new());
 
     node.restart().await;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::dir_file::DirFile;
 use crate::group_commit::GroupCommit;
+use crate::state_store::{RedbStateStore, StateStore};
 
 /// The file in a sled 0.34 database directory that holds its pages.
 const SLED_DATA_FILE: &str = "db";
@@ -67,6 +68,11 @@ pub trait Disk: Send + Sync {
     /// keeps every value its trees hold in memory (a snapshot stored in a
     /// tree cost its whole size again in resident memory, docs/benchmarks.md).
     fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error>;
+
+    /// The store of the state machine's snapshot: the history and the
+    /// state it goes with ([`crate::state_store`]). Durable per commit,
+    /// independently of the trees' [`KvTree::flush`].
+    fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error>;
 
     /// Names this disk in errors, e.g. `sled database at /var/lib/x`.
     fn describe(&self) -> String;
@@ -232,7 +238,7 @@ impl SledDisk {
 /// the same process reopening the directory at once (a restart in place,
 /// a test) can find it locked by a database that is already gone.
 pub const LOCK_RELEASE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+pub(crate) const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Whether `error` is sled 0.34 refusing to open a database whose data file
 /// another handle has locked. sled reports it only as text; should the text
@@ -271,6 +277,11 @@ impl Disk for SledDisk {
 
     fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
         Ok(Arc::new(DirFile::new(self.path.clone(), name.to_owned())))
+    }
+
+    /// One redb file in the database's directory.
+    fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
+        Ok(Arc::new(RedbStateStore::open(&self.path)?))
     }
 
     fn describe(&self) -> String {

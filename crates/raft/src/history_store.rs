@@ -327,19 +327,54 @@ impl<'txn> WriteTables<'txn> {
         Ok(())
     }
 
-    /// Writes the state's pieces as chunks numbered from 0 and removes the
-    /// chunks of the previous state past them.
-    fn replace_state<S: AsRef<[u8]>>(&mut self, state: impl IntoIterator<Item = S>) -> Result<(), Error> {
-        let mut number = 0;
-        for piece in state {
-            for chunk in piece.as_ref().chunks(STATE_CHUNK_BYTES) {
-                self.state.insert(chunk_key(number).as_slice(), chunk)?;
-                number += 1;
-            }
-        }
+    /// Removes the chunks of the previous state from number `from` on.
+    fn remove_state_from(&mut self, mut number: u64) -> Result<(), Error> {
         while self.state.remove(chunk_key(number).as_slice())?.is_some() {
             number += 1;
         }
+        Ok(())
+    }
+}
+
+/// Writes an encoded state into the `state` table as chunks of
+/// [`STATE_CHUNK_BYTES`], numbered from 0, holding one chunk at a time.
+struct ChunkWriter<'a, 'txn> {
+    table: &'a mut WriteRows<'txn>,
+    chunk: Vec<u8>,
+    number: u64,
+    written: u64,
+}
+
+impl ChunkWriter<'_, '_> {
+    fn put_chunk(&mut self) -> Result<(), Error> {
+        self.table.insert(chunk_key(self.number).as_slice(), self.chunk.as_slice())?;
+        self.number += 1;
+        self.chunk.clear();
+        Ok(())
+    }
+
+    /// Writes the last chunk; returns the number after it.
+    fn finish(mut self) -> Result<u64, Error> {
+        if !self.chunk.is_empty() {
+            self.put_chunk()?;
+        }
+        Ok(self.number)
+    }
+}
+
+impl Write for ChunkWriter<'_, '_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let room = STATE_CHUNK_BYTES - self.chunk.len();
+        let taken = bytes.len().min(room);
+        self.chunk.extend_from_slice(&bytes[..taken]);
+        self.written += taken as u64;
+        if self.chunk.len() == STATE_CHUNK_BYTES {
+            self.put_chunk().map_err(std::io::Error::other)?;
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -420,8 +455,8 @@ impl RedbHistory {
     }
 
     /// Applies `flush` (removals, then puts), replaces the stored state by
-    /// `state` (its pieces, concatenated, are the state; each is split into
-    /// chunks of at most [`STATE_CHUNK_BYTES`], so pass large pieces) and
+    /// `state` (its pieces, concatenated, are the state, stored in chunks
+    /// of at most [`STATE_CHUNK_BYTES`]) and
     /// the applied log position by `applied`, in one transaction that is
     /// durable when this returns. On an error nothing of it is written.
     /// Returns what the store holds after.
@@ -436,19 +471,47 @@ impl RedbHistory {
         state: impl IntoIterator<Item = S>,
         applied: &[u8],
     ) -> Result<StoreCounts, Error> {
+        let mut pieces = Some(state);
+        let mut encode = |out: &mut dyn Write| -> Result<(), Error> {
+            for piece in pieces.take().into_iter().flatten() {
+                out.write_all(piece.as_ref()).map_err(|source| Error::Stream { what: "write", source })?;
+            }
+            Ok(())
+        };
+        self.flush_with(flush, applied, &mut encode).map(|(counts, _)| counts)
+    }
+
+    /// [`flush`](Self::flush), with the state written by `encode` straight
+    /// into the transaction, a chunk at a time, instead of handed over
+    /// whole. Returns what the store holds after and the state's bytes.
+    pub fn flush_with(
+        &self,
+        flush: &Flush,
+        applied: &[u8],
+        encode: &mut dyn FnMut(&mut dyn Write) -> Result<(), Error>,
+    ) -> Result<(StoreCounts, u64), Error> {
         check_record(applied, self.record_limit)?;
         let tx = begin_write(&self.db, Durability::Immediate)?;
-        let counts = {
+        let (counts, state_bytes) = {
             let mut tables = WriteTables::open(&tx)?;
             let mut counts = read_counts(&tables.meta)?;
             tables.apply(flush, &mut counts, self.record_limit)?;
             write_counts(&mut tables.meta, counts)?;
-            tables.replace_state(state)?;
+            let mut chunks = ChunkWriter {
+                table: &mut tables.state,
+                chunk: Vec::with_capacity(STATE_CHUNK_BYTES),
+                number: 0,
+                written: 0,
+            };
+            encode(&mut chunks)?;
+            let state_bytes = chunks.written;
+            let next = chunks.finish()?;
+            tables.remove_state_from(next)?;
             tables.meta.insert(META_APPLIED, applied)?;
-            counts
+            (counts, state_bytes)
         };
         tx.commit()?;
-        Ok(counts)
+        Ok((counts, state_bytes))
     }
 
     /// A consistent read of the latest commit, unchanged by later flushes.
@@ -466,7 +529,7 @@ impl RedbHistory {
     ///
     /// A crash during an import leaves a file at `path` that is not a
     /// complete store: remove it before importing again.
-    pub fn import(reader: &mut impl Read, path: &Path, cache_bytes: usize) -> Result<Self, Error> {
+    pub fn import(reader: &mut (impl Read + ?Sized), path: &Path, cache_bytes: usize) -> Result<Self, Error> {
         let created = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
         drop(created.map_err(|source| Error::File { what: "create", path: path.to_path_buf(), source })?);
         let imported = redb::Database::builder()

@@ -31,8 +31,10 @@
 //!   the secret header, and the reply enums ([`RaftReply`], [`ProposeReply`]).
 //! - [`history_store`]: [`RedbHistory`], the finished history on disk (one
 //!   redb file behind core's `HistoryStore`), its point-in-time
-//!   [`HistoryView`], and the stream a snapshot sends it as. Not yet used
-//!   by the state machine.
+//!   [`HistoryView`], and the stream a snapshot sends it as.
+//! - [`state_store`]: [`StateStore`], where the state machine keeps its
+//!   snapshot: the history and, in the same commit, the state it goes with
+//!   (a redb file on disk, a [`MemStateStore`] in simulation).
 //! - [`error`]: [`Error`], this crate's one error enum.
 //! - [`background`]: threads for work nothing waits for soon (a snapshot's
 //!   encoding, a purge's removal), at a lower priority (nice 10) and paced.
@@ -60,6 +62,7 @@ pub mod rpc;
 pub mod runtime;
 mod state_handle;
 pub mod state_machine;
+pub mod state_store;
 
 pub mod background;
 mod codec;
@@ -87,6 +90,7 @@ pub use rpc::{ProposeReply, RaftReply};
 pub use runtime::{SeededRuntime, SeededThreadRng, seed_thread_rng};
 pub use state_handle::{StateHandle, StateRef};
 pub use state_machine::{ApplyObserver, StateMachineStore, snapshot_id};
+pub use state_store::{MemStateStore, RedbStateStore, StateStore, StoredState};
 
 openraft::declare_raft_types!(
     /// openraft's type parameters for hookraft: commands in, responses out,

@@ -10,7 +10,8 @@
 //! node cannot write into its successor's disk.
 //!
 //! Files ([`Disk::open_file`]) are durable when their replace completes, as
-//! the production disk syncs them itself; a crash never undoes one.
+//! the production disk syncs them itself; a crash never undoes one. So is
+//! each commit of the state store ([`Disk::open_state_store`]).
 //!
 //! A disk can be made slow ([`MemDisk::set_flush_delay`]): each flush then
 //! waits that long on tokio's clock (virtual in the simulator) before its
@@ -29,6 +30,7 @@ use crate::Error;
 use crate::disk::{
     Batch, BatchOp, CommitFuture, Disk, FileSlot, FlushFuture, KeyValue, KvTree, NewFile, ReplaceFuture, is_empty_range,
 };
+use crate::state_store::{MemCommit, MemStateStore, StateStore};
 
 /// One tree's contents.
 type TreeMap = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -68,6 +70,8 @@ struct MemState {
     files: BTreeMap<String, Vec<u8>>,
     /// Crashes so far; a tree handle opened in an earlier epoch is dead.
     crashes: u64,
+    /// The state store's last commit; each commit is durable at once.
+    state_store: Arc<Mutex<MemCommit>>,
 }
 
 impl MemState {
@@ -184,6 +188,12 @@ impl Disk for MemDisk {
 
     fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
         Ok(Arc::new(MemFile(self.handle("file", name))))
+    }
+
+    fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
+        let handle = self.handle("store", "state");
+        let commit = self.lock().state_store.clone();
+        Ok(Arc::new(MemStateStore::new(commit, move || handle.state().map(drop))))
     }
 
     fn describe(&self) -> String {

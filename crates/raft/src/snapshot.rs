@@ -1,14 +1,15 @@
 //! Snapshots: what their bytes hold, and where the current one is kept.
 //!
-//! A snapshot's bytes are a bincode [`SnapshotPayload`]: the last applied log
-//! id, the last membership and the whole [`ClusterState`]. They travel to
-//! followers unchanged, so the payload is a versioned enum (a shipped variant
-//! is frozen). The current snapshot lives in one file of the disk,
-//! `hookraft-snapshot`: the payload, then its metadata, the metadata's length
-//! and a magic trailer, replaced whole and atomically. (It lived in a sled
-//! tree before; sled keeps every value of its trees in memory, so the state
-//! was resident twice. A snapshot left in that tree by an earlier version is
-//! still read, until the first file replaces it.)
+//! A snapshot's payload is a bincode [`SnapshotPayload`]: the last applied
+//! log id, the last membership and the [`ClusterState`], its history
+//! encoded apart (only counted). The payload is a versioned enum (a shipped
+//! variant is frozen). The current snapshot lives in the disk's
+//! [`StateStore`]: the payload and the snapshot's metadata, committed with
+//! the history's records, and sent to followers as the store's export
+//! stream. Earlier versions kept it whole in one file, `hookraft-snapshot`
+//! (the payload, then its metadata, the metadata's length and a magic
+//! trailer), and before that in a sled tree: a node finds such a snapshot
+//! as it opens, commits it to the store, and empties the file.
 //!
 //! This module must not decide when to snapshot (openraft does) nor touch
 //! the live state (the state machine does).
@@ -19,12 +20,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::background::{self, Pace};
 use crate::codec::{decode, encode, encode_into};
-use crate::disk::{Batch, Disk, FileSlot, KvTree, NewFile};
-use hookraft_core::state::{ClusterStateV1, ClusterStateV2, ClusterStateV3};
+use crate::disk::{Batch, Disk, FileSlot, KvTree};
+use crate::state_store::StateStore;
+use hookraft_core::state::history_store::{Flush, HistoryStore};
+use hookraft_core::state::{ClusterStateV1, ClusterStateV2, ClusterStateV3, ClusterStateV4};
 
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
-const SNAPSHOT_FILE: &str = "hookraft-snapshot";
+pub(crate) const SNAPSHOT_FILE: &str = "hookraft-snapshot";
 /// Ends every snapshot file: names the layout, so a truncated or foreign
 /// file is refused instead of misread.
 const FILE_MAGIC: &[u8; 8] = b"hksnap01";
@@ -42,22 +45,27 @@ pub(crate) enum SnapshotPayload {
     V2 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV2 },
     /// Then with its inbound sources and the stale guard's versions.
     V3 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV3 },
-    /// Then with the history of finished events.
-    V4 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
+    /// Then with the history of finished events, whole.
+    V4 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV4 },
+    /// Then with the numbered deliveries per ordered key, and the history
+    /// whole or, kept in the state store, only counted.
+    V5 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
 }
 
 /// The borrowed twin of [`SnapshotPayload`], so a snapshot is encoded
 /// straight from the live state without a copy. Same variants, same order.
 #[derive(Serialize)]
 enum SnapshotPayloadRef<'a> {
-    /// Never written now; here so `V4` keeps its position.
+    /// Never written now; here so `V5` keeps its position.
     #[allow(dead_code)]
     V1,
     #[allow(dead_code)]
     V2,
     #[allow(dead_code)]
     V3,
-    V4 {
+    #[allow(dead_code)]
+    V4,
+    V5 {
         last_applied: &'a Option<LogId>,
         last_membership: &'a StoredMembership,
         state: &'a ClusterState,
@@ -72,7 +80,7 @@ pub(crate) fn encode_payload(
     last_membership: &StoredMembership,
     state: &ClusterState,
 ) -> Result<Vec<u8>, Error> {
-    encode("snapshot", &SnapshotPayloadRef::V4 { last_applied, last_membership, state })
+    encode("snapshot", &SnapshotPayloadRef::V5 { last_applied, last_membership, state })
 }
 
 /// Decodes a snapshot's bytes and checks they say what `meta` says.
@@ -85,7 +93,8 @@ pub(crate) fn decode_payload(
         SnapshotPayload::V1 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
         SnapshotPayload::V2 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
         SnapshotPayload::V3 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V4 { last_applied, last_membership, state } => (last_applied, last_membership, state),
+        SnapshotPayload::V4 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
+        SnapshotPayload::V5 { last_applied, last_membership, state } => (last_applied, last_membership, state),
     };
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
@@ -98,7 +107,8 @@ pub(crate) fn decode_payload(
 }
 
 /// What follows the payload in the file: the metadata, its length, the magic.
-fn trailer(meta: &SnapshotMeta) -> Result<Vec<u8>, Error> {
+#[cfg(test)]
+pub(crate) fn trailer(meta: &SnapshotMeta) -> Result<Vec<u8>, Error> {
     let meta_bytes = encode("snapshot metadata", meta)?;
     let mut trailer = Vec::with_capacity(meta_bytes.len() + 4 + FILE_MAGIC.len());
     trailer.extend_from_slice(&meta_bytes);
@@ -128,36 +138,69 @@ fn split_file(mut contents: Vec<u8>) -> Result<StoredSnapshot, Error> {
 /// A stored snapshot: its metadata and its payload.
 pub(crate) type StoredSnapshot = (SnapshotMeta, Vec<u8>);
 
-/// The durable home of the current snapshot. Cheap to clone.
+/// The snapshot a node finds as it opens.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Found {
+    /// The state store's last commit (its history is in the store).
+    InStore(StoredSnapshot),
+    /// A snapshot an earlier version wrote to its file or tree, its
+    /// history whole: to be committed to the state store before use.
+    Legacy(StoredSnapshot),
+}
+
+impl Found {
+    fn meta(&self) -> &SnapshotMeta {
+        match self {
+            Found::InStore((meta, _)) | Found::Legacy((meta, _)) => meta,
+        }
+    }
+}
+
+/// The durable home of the current snapshot: the [`StateStore`], and the
+/// file and tree where earlier versions kept it, read once. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SnapshotStore {
+    store: Arc<dyn StateStore>,
     file: Arc<dyn FileSlot>,
     legacy: Arc<dyn KvTree>,
     /// The last log index of the stored snapshot (`None` inside: none, or one
-    /// of the empty log). Held across a whole compare-and-replace, so a
+    /// of the empty log). Held across a whole build or install, so a
     /// snapshot built concurrently with an install never overwrites a newer one.
     stored: Arc<tokio::sync::Mutex<Option<u64>>>,
 }
 
 impl SnapshotStore {
-    /// Opens the store and loads the current snapshot, if there is one.
-    pub(crate) fn open(disk: &dyn Disk) -> Result<(Self, Option<StoredSnapshot>), Error> {
-        let mut store =
-            Self { file: disk.open_file(SNAPSHOT_FILE)?, legacy: disk.open_tree(LEGACY_TREE)?, stored: Arc::default() };
-        let current = store.load()?;
-        store.stored = Arc::new(tokio::sync::Mutex::new(current.as_ref().and_then(|(meta, _)| index_of(meta))));
-        Ok((store, current))
+    /// Opens the store and finds the current snapshot, if there is one.
+    pub(crate) fn open(disk: &dyn Disk) -> Result<(Self, Option<Found>), Error> {
+        let mut store = Self {
+            store: disk.open_state_store()?,
+            file: disk.open_file(SNAPSHOT_FILE)?,
+            legacy: disk.open_tree(LEGACY_TREE)?,
+            stored: Arc::default(),
+        };
+        let found = match store.load()? {
+            Some(current) => Some(Found::InStore(current)),
+            None => store.load_legacy()?.map(Found::Legacy),
+        };
+        let index = found.as_ref().and_then(|found| index_of(found.meta()));
+        store.stored = Arc::new(tokio::sync::Mutex::new(index));
+        Ok((store, found))
     }
 
-    /// Runs `work` (long work on snapshots: encoding, decoding, reading the
-    /// file, freeing a state) on a blocking thread when the file is on a
-    /// disk, in place when it is in memory, which keeps a simulation on its
-    /// one thread (see [`FileSlot::blocks`]).
+    /// The history as of the store's last commit.
+    pub(crate) fn history(&self) -> Result<Arc<dyn HistoryStore>, Error> {
+        self.store.history()
+    }
+
+    /// Runs `work` (long work on snapshots: encoding, decoding, exporting,
+    /// freeing a state) on a blocking thread when the store is on a disk,
+    /// in place when it is in memory, which keeps a simulation on its one
+    /// thread (see [`StateStore::blocks`]).
     pub(crate) async fn off_runtime<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
-        if self.file.blocks() {
+        if self.store.blocks() {
             tokio::task::spawn_blocking(work)
                 .await
                 .unwrap_or_else(|e| Err(Error::Corrupt(format!("work on a blocking thread failed: {e}"))))
@@ -174,15 +217,22 @@ impl SnapshotStore {
         &self,
         work: impl FnOnce(Pace) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
-        if !self.file.blocks() {
+        if !self.store.blocks() {
             return work(Pace::off());
         }
         background::run("hookraft-snapshot", move || work(Pace::on())).await
     }
 
-    /// The current snapshot's metadata and payload, if one was saved.
+    /// The state store's last commit: the snapshot's metadata and payload.
     pub(crate) fn load(&self) -> Result<Option<StoredSnapshot>, Error> {
-        if let Some(contents) = self.file.read()? {
+        let Some(stored) = self.store.load()? else { return Ok(None) };
+        Ok(Some((decode("snapshot metadata", &stored.meta)?, stored.state)))
+    }
+
+    /// The snapshot an earlier version left in its file or tree, if any.
+    fn load_legacy(&self) -> Result<Option<StoredSnapshot>, Error> {
+        // An empty file is one this version emptied.
+        if let Some(contents) = self.file.read()?.filter(|c| !c.is_empty()) {
             return split_file(contents).map(Some);
         }
         let Some(meta_bytes) = self.legacy.get(LEGACY_KEY_META)? else {
@@ -196,27 +246,44 @@ impl SnapshotStore {
         Ok(Some((meta, data)))
     }
 
-    /// Makes `meta` and `payload` the current snapshot, durably, unless the
-    /// stored one is already newer (then nothing is written). Returns whether
-    /// it was stored, and hands the payload back.
-    pub(crate) async fn save(&self, meta: &SnapshotMeta, mut payload: Vec<u8>) -> Result<(bool, Vec<u8>), Error> {
-        let mut save = self.begin_save().await;
-        if save.holds_newer_than(&meta.last_log_id) {
-            tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
-            return Ok((false, payload));
-        }
-        let payload_len = payload.len();
-        payload.extend_from_slice(&trailer(meta)?);
-        let mut contents = self.file.replace(payload).await?;
-        contents.truncate(payload_len);
-        save.stored(index_of(meta))?;
-        Ok((true, contents))
+    /// Commits a snapshot of `state` as of `meta` with the history's
+    /// `flush`, durably; returns the encoded state's bytes. Synchronous,
+    /// for a background thread: `state` is a clone whose history was
+    /// sealed with `flush` (its encoding counts the records, the flush
+    /// writes them).
+    pub(crate) fn commit(
+        &self,
+        flush: &Flush,
+        meta: &SnapshotMeta,
+        state: &ClusterState,
+        pace: &mut Pace,
+    ) -> Result<u64, Error> {
+        let meta_bytes = encode("snapshot metadata", meta)?;
+        let last_applied = &meta.last_log_id;
+        let last_membership = &meta.last_membership;
+        let payload = SnapshotPayloadRef::V5 { last_applied, last_membership, state };
+        let mut encode_state = |out: &mut dyn std::io::Write| {
+            encode_into("snapshot", &payload, &mut PacedWriter::new(out, pace)).map(drop)
+        };
+        self.store.commit(flush, &meta_bytes, &mut encode_state)
     }
 
-    /// Removes a snapshot an earlier version left in its tree, if any.
+    /// Writes the last commit as one stream; returns its metadata.
+    pub(crate) fn export(&self, out: &mut dyn std::io::Write) -> Result<Option<SnapshotMeta>, Error> {
+        let Some((meta, _)) = self.store.export(out)? else { return Ok(None) };
+        Ok(Some(decode("snapshot metadata", &meta)?))
+    }
+
+    /// Replaces the store by a stream another node exported.
+    pub(crate) fn import(&self, input: &mut dyn std::io::Read) -> Result<(), Error> {
+        self.store.import(input)
+    }
+
+    /// Removes the snapshot an earlier version left in its tree, if any,
+    /// and empties its file, once the state store holds a commit.
     fn forget_legacy(&self) -> Result<(), Error> {
         if self.legacy.get(LEGACY_KEY_META)?.is_some() {
-            // The file takes precedence from now on; the next flush of the
+            // The store takes precedence from now on; the next flush of the
             // log makes the removal durable, and until then it is harmless.
             let mut batch = Batch::default();
             batch.remove(LEGACY_KEY_META);
@@ -227,24 +294,15 @@ impl SnapshotStore {
     }
 }
 
-/// One streamed save in progress: while it lives no other save or install
-/// runs, so what it finds stored stays so.
+/// One build or install in progress: while it lives no other one runs,
+/// so what it finds stored stays so.
 pub(crate) struct SnapshotSave<'a> {
     store: &'a SnapshotStore,
     stored: tokio::sync::MutexGuard<'a, Option<u64>>,
 }
 
-/// A snapshot written to its file but not yet made current.
-pub(crate) struct WrittenSnapshot {
-    file: Box<dyn NewFile>,
-    index: Option<u64>,
-    /// The payload's bytes, without the trailer.
-    payload_bytes: u64,
-}
-
 impl SnapshotStore {
-    /// Starts a save that encodes the state straight into the file (see
-    /// [`write_snapshot`]), so a snapshot is never held in memory whole.
+    /// Starts a build or an install.
     pub(crate) async fn begin_save(&self) -> SnapshotSave<'_> {
         SnapshotSave { store: self, stored: self.stored.lock().await }
     }
@@ -263,22 +321,15 @@ impl SnapshotSave<'_> {
         *self.stored
     }
 
-    /// Starts the new version of the file, for [`write_snapshot`].
-    pub(crate) fn begin_file(&self) -> Result<Box<dyn NewFile>, Error> {
-        self.store.file.begin_replace()
-    }
-
-    /// Makes `written` the current snapshot, durably; returns its payload's size.
-    pub(crate) async fn commit(mut self, written: WrittenSnapshot) -> Result<u64, Error> {
-        written.file.commit().await?;
-        self.stored(written.index)?;
-        Ok(written.payload_bytes)
-    }
-
-    /// Records that the snapshot up to `index` is now the durable one.
-    fn stored(&mut self, index: Option<u64>) -> Result<(), Error> {
-        *self.stored = index;
-        self.store.forget_legacy()
+    /// Records that the snapshot as of `meta` is now the durable one, and
+    /// lets go of what earlier versions kept.
+    pub(crate) async fn stored(&mut self, meta: &SnapshotMeta) -> Result<(), Error> {
+        *self.stored = index_of(meta);
+        self.store.forget_legacy()?;
+        if self.store.file.read()?.is_some() {
+            self.store.file.replace(Vec::new()).await?;
+        }
+        Ok(())
     }
 }
 
@@ -286,23 +337,6 @@ impl SnapshotSave<'_> {
 /// `last_applied`.
 pub(crate) fn stored_is_newer(stored: Option<u64>, last_applied: &Option<LogId>) -> bool {
     stored > last_applied.map(|id| id.index)
-}
-
-/// Encodes a snapshot of `state` into `file` (from [`SnapshotSave::begin_file`]),
-/// not yet current: synchronous, so the caller can hold the state's lock.
-pub(crate) fn write_snapshot(
-    mut file: Box<dyn NewFile>,
-    meta: &SnapshotMeta,
-    last_membership: &StoredMembership,
-    state: &ClusterState,
-    pace: &mut Pace,
-) -> Result<WrittenSnapshot, Error> {
-    let last_applied = &meta.last_log_id;
-    let payload = SnapshotPayloadRef::V4 { last_applied, last_membership, state };
-    let payload_bytes = encode_into("snapshot", &payload, &mut PacedWriter::new(&mut *file, pace))? as u64;
-    let io = |source| Error::File { what: "write", path: SNAPSHOT_FILE.into(), source };
-    std::io::Write::write_all(&mut *file, &trailer(meta)?).map_err(io)?;
-    Ok(WrittenSnapshot { file, index: index_of(meta), payload_bytes })
 }
 
 /// Bytes written between two calls of [`Pace::breathe`]: about 0.2 ms of
@@ -362,26 +396,25 @@ mod tests {
         assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
 
         // The current layout ends with the ordered keys' queues (here none:
-        // an empty map, one zero byte), the inbound state (no source, no
-        // version: two empty maps, two zero bytes), then the history (no
-        // event, no delivery: two more).
-        assert_eq!((data[0], &data[data.len() - 5..]), (3, &[0u8, 0, 0, 0, 0][..]), "V4, ending empty");
-        // A snapshot of the third layout: variant V3, without the history.
-        let mut third_layout = data.clone();
-        third_layout[0] = 2;
-        third_layout.truncate(data.len() - 2);
-        let (applied, members, decoded) = decode_payload(&meta, &third_layout).expect("decodes");
+        // an empty map, one zero byte), the numbered deliveries (another
+        // empty map), the inbound state (no source, no version: two empty
+        // maps, two zero bytes), then the history, kept whole here (its
+        // variant, no event, no delivery: three more).
+        assert_eq!((data[0], &data[data.len() - 7..]), (4, &[0u8; 7][..]), "V5, ending empty");
+        let before = &data[1..data.len() - 7];
+        let layout = |variant: u8, zeros: usize| [&[variant][..], before, &vec![0; zeros]].concat();
+        // The fourth layout: variant V4, without the numbered deliveries,
+        // its history untagged.
+        let (applied, members, decoded) = decode_payload(&meta, &layout(3, 5)).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
-        // Of the second layout: variant V2, without the inbound state.
-        let mut second_layout = third_layout;
-        second_layout[0] = 1;
-        second_layout.truncate(data.len() - 4);
-        let (applied, members, decoded) = decode_payload(&meta, &second_layout).expect("decodes");
+        // The third: variant V3, without the history.
+        let (applied, members, decoded) = decode_payload(&meta, &layout(2, 3)).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
-        // Of the first layout: variant V1, without the ordered keys either.
-        let mut first_layout = second_layout;
-        first_layout[0] = 0;
-        first_layout.pop();
+        // The second: variant V2, without the inbound state.
+        let (applied, members, decoded) = decode_payload(&meta, &layout(1, 1)).expect("decodes");
+        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
+        // The first: variant V1, without the ordered keys either.
+        let first_layout = layout(0, 0);
         let (applied, members, decoded) = decode_payload(&meta, &first_layout).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership, state));
     }
@@ -447,34 +480,56 @@ mod tests {
         assert_eq!(in_memory.in_background(thread).await.expect("runs"), caller);
     }
 
-    #[tokio::test]
-    async fn the_store_keeps_the_newest_snapshot_and_reopens_to_it() {
-        let disk = crate::MemDisk::new();
-        let (store, current) = SnapshotStore::open(&disk).expect("opens");
-        assert!(current.is_none());
-        let (stored, back) = store.save(&meta_at(5), b"five".to_vec()).await.expect("saves");
-        assert!(stored);
-        assert_eq!(back, b"five", "the payload comes back without its trailer");
-        let (stored, _) = store.save(&meta_at(3), b"three".to_vec()).await.expect("saves");
-        assert!(!stored, "an older snapshot does not replace a newer one");
-        disk.crash();
-        let (_, current) = SnapshotStore::open(&disk).expect("reopens");
-        assert_eq!(current, Some((meta_at(5), b"five".to_vec())));
+    fn commit_at(store: &SnapshotStore, index: u64, state: &ClusterState) -> Vec<u8> {
+        store.commit(&Flush::default(), &meta_at(index), state, &mut Pace::off()).expect("commits");
+        let (meta, payload) = store.load().expect("loads").expect("a snapshot is stored");
+        assert_eq!(meta, meta_at(index));
+        payload
     }
 
     #[tokio::test]
-    async fn a_snapshot_left_in_the_old_tree_is_read_until_a_file_replaces_it() {
+    async fn the_store_keeps_the_committed_snapshot_across_a_crash() {
+        let disk = crate::MemDisk::new();
+        let (store, current) = SnapshotStore::open(&disk).expect("opens");
+        assert!(current.is_none());
+        let mut state = ClusterState::default();
+        state.apply(&hookraft_core::Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] });
+        let payload = commit_at(&store, 5, &state);
+        let mut save = store.begin_save().await;
+        save.stored(&meta_at(5)).await.expect("records it");
+        assert!(save.holds_newer_than(&Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 3))));
+        drop(save);
+        disk.crash();
+        let (store, current) = SnapshotStore::open(&disk).expect("reopens");
+        assert_eq!(current, Some(Found::InStore((meta_at(5), payload.clone()))));
+        let (_, _, decoded) = decode_payload(&meta_at(5), &payload).expect("decodes");
+        assert_eq!(decoded, state);
+        assert_eq!(store.begin_save().await.stored_index(), Some(5), "a reopened store knows its index");
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_an_earlier_version_left_is_found_until_the_store_holds_one() {
         let disk = crate::MemDisk::new();
         let tree = disk.open_tree(LEGACY_TREE).expect("tree");
         tree.insert(LEGACY_KEY_META, encode("meta", &meta_at(4)).expect("encodes")).expect("writes");
         tree.insert(LEGACY_KEY_DATA, b"old".to_vec()).expect("writes");
         let (store, current) = SnapshotStore::open(&disk).expect("opens");
-        assert_eq!(current, Some((meta_at(4), b"old".to_vec())));
-        let (stored, _) = store.save(&meta_at(2), b"older".to_vec()).await.expect("saves");
-        assert!(!stored, "the legacy snapshot counts as the stored one");
-        store.save(&meta_at(9), b"new".to_vec()).await.expect("saves");
+        assert_eq!(current, Some(Found::Legacy((meta_at(4), b"old".to_vec()))));
+        assert_eq!(store.begin_save().await.stored_index(), Some(4), "the legacy snapshot counts as the stored one");
+
+        // A file wins over the tree.
+        let mut contents = b"older file".to_vec();
+        contents.extend_from_slice(&trailer(&meta_at(6)).expect("encodes"));
+        disk.open_file(SNAPSHOT_FILE).expect("file").replace(contents).await.expect("writes");
+        let (store, current) = SnapshotStore::open(&disk).expect("opens");
+        assert_eq!(current, Some(Found::Legacy((meta_at(6), b"older file".to_vec()))));
+
+        let payload = commit_at(&store, 9, &ClusterState::default());
+        store.begin_save().await.stored(&meta_at(9)).await.expect("records it");
         assert_eq!(tree.get(LEGACY_KEY_DATA).expect("reads"), None, "the old copy is dropped");
-        assert_eq!(store.load().expect("loads"), Some((meta_at(9), b"new".to_vec())));
+        assert_eq!(disk.open_file(SNAPSHOT_FILE).expect("file").read().expect("reads"), Some(Vec::new()));
+        let (_, current) = SnapshotStore::open(&disk).expect("reopens");
+        assert_eq!(current, Some(Found::InStore((meta_at(9), payload))));
     }
 
     #[test]

@@ -2,10 +2,13 @@
 //! [`ClusterState`], and builds, installs and serves snapshots of it.
 //!
 //! The state lives in memory behind one `RwLock`, shared with every
-//! [`StateHandle`] — the read-only view the rest of the node uses. Applying
+//! [`StateHandle`] — the read-only view the rest of the node uses — but
+//! for its finished history, whose records the state reads from the
+//! disk's [`crate::StateStore`] once a snapshot wrote them there. Applying
 //! does not write to disk: the state is made durable by snapshots (see
-//! the private `snapshot` module) plus the log after them, which openraft re-applies on
-//! start (it reads the committed id from the log store to know how far).
+//! the private `snapshot` module) plus the log after them, which openraft
+//! re-applies on start (it reads the committed id from the log store to
+//! know how far).
 //!
 //! This module must not decide anything about the domain: a command's
 //! effect is [`ClusterState::apply`]'s alone.
@@ -17,8 +20,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
+use crate::background::Pace;
 use crate::disk::Disk;
-use crate::snapshot::{SnapshotStore, decode_payload, stored_is_newer, write_snapshot};
+use crate::snapshot::{Found, SnapshotStore, decode_payload, stored_is_newer};
 use crate::state_handle::{Applied, StateHandle, assert_no_read_held, lock_address};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
@@ -85,18 +89,38 @@ pub struct StateMachineStore {
 
 impl StateMachineStore {
     /// Opens the state machine over `disk`, starting from the persisted
-    /// snapshot if there is one, else from an empty state.
+    /// snapshot if there is one, else from an empty state, and gives the
+    /// state its history store. A snapshot an earlier version left whole
+    /// in its file is committed to the store first.
     pub fn open(disk: &dyn Disk, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
-        let (snapshots, current) = SnapshotStore::open(disk)?;
-        let snapshot_bytes = Arc::new(AtomicU64::new(current.as_ref().map_or(0, |(_, data)| data.len() as u64)));
-        let applied = match current {
-            Some((meta, data)) => {
-                let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
-                tracing::info!(snapshot = %meta, "state machine restored from snapshot");
-                Applied { state, last_applied, last_membership }
+        let (snapshots, found) = SnapshotStore::open(disk)?;
+        let (mut applied, legacy) = match &found {
+            Some(Found::InStore((meta, data)) | Found::Legacy((meta, data))) => {
+                let (last_applied, last_membership, state) = decode_payload(meta, data)?;
+                tracing::info!(snapshot = %meta.snapshot_id, "state machine restored from snapshot");
+                (Applied { state, last_applied, last_membership }, matches!(found, Some(Found::Legacy(_))))
             }
-            None => Applied::default(),
+            None => (Applied::default(), false),
         };
+        let snapshot_bytes = match &found {
+            Some(Found::InStore((_, data))) => data.len() as u64,
+            _ => 0,
+        };
+        drop(found);
+        applied.state.attach_history(snapshots.history()?).map_err(Error::Corrupt)?;
+        let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
+        if legacy {
+            let meta = SnapshotMeta {
+                last_log_id: applied.last_applied,
+                last_membership: applied.last_membership.clone(),
+                snapshot_id: snapshot_id(applied.last_applied, 0),
+            };
+            let flush = applied.state.seal_history();
+            let bytes = snapshots.commit(&flush, &meta, &applied.state, &mut Pace::off())?;
+            applied.state.history_flushed(snapshots.history()?);
+            snapshot_bytes.store(bytes, Ordering::Relaxed);
+            tracing::info!(bytes, snapshot = %meta.snapshot_id, "snapshot of an earlier version moved to the history store");
+        }
         let applied = Arc::new(RwLock::new(applied));
         let store = Self {
             applied: applied.clone(),
@@ -182,63 +206,69 @@ fn snapshot_error(meta: &SnapshotMeta, verb: ErrorVerb) -> impl FnOnce(Error) ->
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    /// Clones the state under its read lock, then encodes the clone
-    /// straight into the snapshot file and makes the file current, durably,
-    /// before returning. The clone shares the state's chunks (see
+    /// Seals the history's changes since the last snapshot and clones the
+    /// state under its write lock, then commits both to the state store
+    /// (the changed records, and the state encoded with its history only
+    /// counted) durably, before returning; then the state reads those
+    /// records from the store. The clone shares the state's chunks (see
     /// `hookraft_core::dense`), so it takes a moment whatever the state's
     /// size, and applies wait only for that moment: an apply during the
     /// encoding copies the one chunk it changes. The encoding runs on a
-    /// blocking thread (for a file on disk). The snapshot is never held in
-    /// memory whole (it is as large as the state). The returned snapshot
+    /// background thread (for a store on disk). The returned snapshot
     /// carries no bytes: openraft 0.9 keeps only its metadata, and serves
-    /// followers from [`RaftStateMachine::get_current_snapshot`], which
-    /// reads the file.
+    /// followers from [`RaftStateMachine::get_current_snapshot`].
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let started = tokio::time::Instant::now();
-        let save = self.snapshots.begin_save().await;
+        let mut save = self.snapshots.begin_save().await;
         let gate = self.snapshot_gate.clone().lock_owned().await;
         let waited = started.elapsed();
-        let file = save.begin_file().map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
         let stored = save.stored_index();
         let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
-        let (meta, state) = {
-            let applied = self.read().map_err(state_error(ErrorVerb::Read))?;
+        let (meta, state, flush) = {
+            let mut applied = self.write().map_err(state_error(ErrorVerb::Read))?;
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,
                 last_membership: applied.last_membership.clone(),
                 snapshot_id: snapshot_id(applied.last_applied, counter),
             };
-            (meta, applied.state.clone())
+            if stored_is_newer(stored, &meta.last_log_id) {
+                drop(applied);
+                tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
+                return Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) });
+            }
+            let flush = applied.state.seal_history();
+            (meta, applied.state.clone(), flush)
         };
         drop(gate);
         let cloned = started.elapsed();
-        let written = if stored_is_newer(stored, &meta.last_log_id) {
-            None
-        } else {
-            let encoding = meta.clone();
-            let written = self
-                .snapshots
-                .in_background(move |mut pace| {
-                    let written = write_snapshot(file, &encoding, &encoding.last_membership, &state, &mut pace);
-                    // Frees, on this thread, the chunks applies replaced meanwhile.
-                    drop(state);
-                    Ok((written, pace.rested()))
-                })
-                .await
-                .map_err(state_error(ErrorVerb::Read))?;
-            Some((written.0.map_err(snapshot_error(&meta, ErrorVerb::Write))?, written.1))
-        };
-        let Some((written, rested)) = written else {
-            tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
-            return Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) });
-        };
-        let bytes = save.commit(written).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        let records = flush.events.len() + flush.deliveries.len();
+        let snapshots = self.snapshots.clone();
+        let encoding = meta.clone();
+        let (bytes, rested) = self
+            .snapshots
+            .in_background(move |mut pace| {
+                let committed = snapshots.commit(&flush, &encoding, &state, &mut pace);
+                // Frees, on this thread, the chunks applies replaced meanwhile.
+                drop(state);
+                Ok((committed, pace.rested()))
+            })
+            .await
+            .map_err(state_error(ErrorVerb::Read))?;
+        let bytes = bytes.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        let history = self.snapshots.history().map_err(snapshot_error(&meta, ErrorVerb::Read))?;
+        {
+            let _gate = self.snapshot_gate.lock().await;
+            let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
+            applied.state.history_flushed(history);
+        }
+        save.stored(&meta).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
         self.snapshot_bytes.store(bytes, Ordering::Relaxed);
         // The size first and the snapshot by its id alone: the whole
         // metadata (membership, node addresses) made a line so long that
         // a viewer cut at a fixed width showed the size's first digits only.
         tracing::info!(
             bytes,
+            records,
             snapshot = %meta.snapshot_id,
             gate_wait_ms = waited.as_millis() as u64,
             applies_held_ms = (cloned - waited).as_millis() as u64,
@@ -281,38 +311,51 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    /// Decodes and checks the snapshot, stores it durably, then replaces the
-    /// state with it.
+    /// Replaces the state store by the snapshot's stream, decodes and
+    /// checks the state it holds, then replaces the state with it.
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        // Decoding hundreds of megabytes takes a second or more.
+        let mut save = self.snapshots.begin_save().await;
+        if save.holds_newer_than(&meta.last_log_id) {
+            // Only a snapshot built concurrently from a later applied state
+            // can be newer, and openraft installs only past what was applied.
+            tracing::warn!(snapshot = %meta, "installing a snapshot older than the stored one");
+        }
+        let bytes = snapshot.get_ref().len();
+        // Importing and decoding take a while for a large store.
+        let snapshots = self.snapshots.clone();
         let checked = meta.clone();
-        let (decoded, data) = self
+        let installed = self
             .snapshots
             .off_runtime(move || {
-                let decoded = decode_payload(&checked, &data);
-                Ok((decoded, data))
+                // Whole, from its start: openraft leaves a received
+                // snapshot's cursor at its end.
+                let data = snapshot.into_inner();
+                snapshots.import(&mut data.as_slice())?;
+                let (stored_meta, payload) =
+                    snapshots.load()?.ok_or_else(|| Error::Corrupt("the imported snapshot holds no state".into()))?;
+                let (last_applied, last_membership, mut state) = decode_payload(&checked, &payload)?;
+                if stored_meta.last_log_id != checked.last_log_id {
+                    return Err(Error::Corrupt(format!(
+                        "the snapshot sent as {checked} holds one as of {:?}",
+                        stored_meta.last_log_id
+                    )));
+                }
+                state.attach_history(snapshots.history()?).map_err(Error::Corrupt)?;
+                Ok((Applied { state, last_applied, last_membership }, payload.len()))
             })
             .await
             .map_err(snapshot_error(meta, ErrorVerb::Read))?;
-        let (last_applied, last_membership, state) = decoded.map_err(snapshot_error(meta, ErrorVerb::Read))?;
-        let bytes = data.len();
-        let (stored, _) = self.snapshots.save(meta, data).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
-        if stored {
-            self.snapshot_bytes.store(bytes as u64, Ordering::Relaxed);
-        } else {
-            // Only a snapshot built concurrently from a later applied state
-            // can be newer, and openraft installs only past what was applied.
-            tracing::warn!(snapshot = %meta, "installed a snapshot older than the stored one");
-        }
+        let (installed, state_bytes) = installed;
+        save.stored(meta).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        self.snapshot_bytes.store(state_bytes as u64, Ordering::Relaxed);
         let replaced = {
             let _gate = self.snapshot_gate.lock().await;
             let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
-            let replaced = std::mem::replace(&mut *applied, Applied { state, last_applied, last_membership });
+            let replaced = std::mem::replace(&mut *applied, installed);
             if let Some(observer) = &self.observer {
                 observer.snapshot_installed(&applied.state);
             }
@@ -330,13 +373,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(())
     }
 
-    /// Reads the snapshot file whole (openraft sends it to a follower from
-    /// one buffer), on a blocking thread for a file on disk.
+    /// Exports the state store's last commit whole (openraft sends it to a
+    /// follower from one buffer), on a blocking thread for a store on disk.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let store = self.snapshots.clone();
+        let snapshots = self.snapshots.clone();
         let current = self
             .snapshots
-            .off_runtime(move || store.load())
+            .off_runtime(move || {
+                let mut data = Vec::new();
+                Ok(snapshots.export(&mut data)?.map(|meta| (meta, data)))
+            })
             .await
             .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
         Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
@@ -346,6 +392,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state_store::StateStore;
 
     #[test]
     fn snapshot_id_names_term_index_and_counter() {
@@ -354,23 +401,51 @@ mod tests {
         assert_eq!(snapshot_id(None, 1), "none-1");
     }
 
-    /// A disk whose snapshot file, once written to, holds its writer until
-    /// released, and says it blocks: a large snapshot on a real disk.
+    #[tokio::test]
+    async fn a_snapshot_an_earlier_version_left_in_its_file_moves_into_the_store() {
+        use crate::snapshot::{SNAPSHOT_FILE, encode_payload, trailer};
+        let disk = crate::MemDisk::new();
+        let mut state = ClusterState::default();
+        state.apply(&Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] });
+        let last_applied = Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 6));
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: StoredMembership::default(),
+            snapshot_id: "1-6-1".into(),
+        };
+        let mut file = encode_payload(&last_applied, &meta.last_membership, &state).expect("encodes");
+        file.extend_from_slice(&trailer(&meta).expect("encodes"));
+        disk.open_file(SNAPSHOT_FILE).expect("file").replace(file).await.expect("writes");
+
+        let (store, handle) = StateMachineStore::open(&disk, None).expect("opens");
+        assert_eq!(handle.read().shards[3].owner, Some(9));
+        assert_eq!(handle.last_applied(), last_applied);
+        let (stored, _) = store.snapshots.load().expect("loads").expect("committed to the store");
+        assert_eq!(stored.last_log_id, last_applied);
+        // The file is emptied by the next snapshot; the store wins before.
+        let (_, reopened) = StateMachineStore::open(&disk, None).expect("reopens");
+        assert_eq!(reopened.last_applied(), last_applied);
+        drop(reopened);
+        store.clone().build_snapshot().await.expect("builds");
+        assert_eq!(disk.open_file(SNAPSHOT_FILE).expect("file").read().expect("reads"), Some(Vec::new()));
+        drop((store, handle));
+        let (_, handle) = StateMachineStore::open(&disk, None).expect("reopens");
+        let owner = handle.read().shards[3].owner;
+        assert_eq!((owner, handle.last_applied()), (Some(9), last_applied));
+    }
+
+    /// A disk whose state store, once a commit starts writing the state,
+    /// holds its writer until released, and says it blocks: a large
+    /// snapshot on a real disk.
     struct SlowSnapshotDisk {
         memory: crate::MemDisk,
         writing: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
         release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
     }
 
-    struct SlowSlot {
-        inner: Arc<dyn crate::FileSlot>,
+    struct SlowStore {
+        inner: Arc<dyn StateStore>,
         writing: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
-        release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
-    }
-
-    struct SlowNewFile {
-        inner: Box<dyn crate::disk::NewFile>,
-        writing: Option<std::sync::mpsc::Sender<()>>,
         release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
     }
 
@@ -380,8 +455,12 @@ mod tests {
         }
 
         fn open_file(&self, name: &str) -> Result<Arc<dyn crate::FileSlot>, Error> {
-            Ok(Arc::new(SlowSlot {
-                inner: self.memory.open_file(name)?,
+            self.memory.open_file(name)
+        }
+
+        fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
+            Ok(Arc::new(SlowStore {
+                inner: self.memory.open_state_store()?,
                 writing: std::sync::Mutex::new(self.writing.lock().expect("lock").take()),
                 release: self.release.clone(),
             }))
@@ -392,45 +471,38 @@ mod tests {
         }
     }
 
-    impl crate::FileSlot for SlowSlot {
-        fn blocks(&self) -> bool {
-            true
+    impl StateStore for SlowStore {
+        fn history(&self) -> Result<Arc<dyn hookraft_core::state::history_store::HistoryStore>, Error> {
+            self.inner.history()
         }
 
-        fn read(&self) -> Result<Option<Vec<u8>>, Error> {
-            self.inner.read()
+        fn load(&self) -> Result<Option<crate::StoredState>, Error> {
+            self.inner.load()
         }
 
-        fn replace(&self, contents: Vec<u8>) -> crate::disk::ReplaceFuture<'_> {
-            self.inner.replace(contents)
-        }
-
-        fn begin_replace(&self) -> Result<Box<dyn crate::disk::NewFile>, Error> {
-            Ok(Box::new(SlowNewFile {
-                inner: self.inner.begin_replace()?,
-                writing: self.writing.lock().expect("lock").take(),
-                release: self.release.clone(),
-            }))
-        }
-    }
-
-    impl std::io::Write for SlowNewFile {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            if let Some(writing) = self.writing.take() {
+        fn commit(
+            &self,
+            flush: &hookraft_core::state::history_store::Flush,
+            meta: &[u8],
+            encode: crate::state_store::EncodeState<'_>,
+        ) -> Result<u64, Error> {
+            if let Some(writing) = self.writing.lock().expect("lock").take() {
                 writing.send(()).expect("the test listens");
                 self.release.lock().expect("lock").recv().expect("the test releases the writer");
             }
-            self.inner.write(bytes)
+            self.inner.commit(flush, meta, encode)
         }
 
-        fn flush(&mut self) -> std::io::Result<()> {
-            self.inner.flush()
+        fn export(&self, out: &mut dyn std::io::Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
+            self.inner.export(out)
         }
-    }
 
-    impl crate::disk::NewFile for SlowNewFile {
-        fn commit(self: Box<Self>) -> crate::disk::CommitFuture {
-            self.inner.commit()
+        fn import(&self, input: &mut dyn std::io::Read) -> Result<(), Error> {
+            self.inner.import(input)
+        }
+
+        fn blocks(&self) -> bool {
+            true
         }
     }
 
@@ -449,7 +521,7 @@ mod tests {
         tokio::task::spawn_blocking(move || writing.recv_timeout(std::time::Duration::from_secs(10)))
             .await
             .expect("joins")
-            .expect("the snapshot starts writing its file");
+            .expect("the snapshot starts its commit");
 
         let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), 1);
         let command = Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] };
@@ -457,7 +529,7 @@ mod tests {
         let mut applier = store.clone();
         let applied = tokio::time::timeout(std::time::Duration::from_secs(5), applier.apply(vec![entry]))
             .await
-            .expect("the apply does not wait for the snapshot's file")
+            .expect("the apply does not wait for the snapshot's commit")
             .expect("applies");
         assert_eq!(applied.len(), 1);
         assert_eq!(handle.read().shards[3].owner, Some(9));
@@ -480,12 +552,10 @@ mod tests {
         release.send(()).expect("the writer waits");
         let snapshot = building.await.expect("joins").expect("the snapshot is built");
         assert_eq!(snapshot.meta.last_log_id, None, "the snapshot holds the state from before the apply");
-        let mut reader = store.clone();
-        let current = reader.get_current_snapshot().await.expect("reads").expect("a snapshot is stored");
-        let (last_applied, _, state) =
-            decode_payload(&current.meta, current.snapshot.get_ref()).expect("the file decodes");
+        let (meta, payload) = store.snapshots.load().expect("reads").expect("a snapshot is stored");
+        let (last_applied, _, state) = decode_payload(&meta, &payload).expect("the snapshot decodes");
         assert_eq!(last_applied, None);
-        assert_eq!(state.shards[3].owner, None, "the apply made during the encoding is not in the file");
+        assert_eq!(state.shards[3].owner, None, "the apply made during the encoding is not in the snapshot");
         assert_eq!(handle.read().shards[3].owner, Some(9), "nor did the encoding undo it");
     }
 }

@@ -1,5 +1,7 @@
 //! Replicas agree: once every node has applied the same log index, their
-//! states are byte-for-byte equal (compared by digest).
+//! states are byte-for-byte equal (compared by digest), their histories
+//! too, record by record, wherever each node keeps them (in memory or in
+//! its history store, as of its own last snapshot).
 
 use hookraft_core::ids::NodeId;
 use hookraft_core::state::ClusterState;
@@ -7,10 +9,20 @@ use sha2::{Digest, Sha256};
 
 use super::Violation;
 
-/// SHA-256 (hex, 16 bytes) of a state's bincode encoding.
+/// SHA-256 (hex, 16 bytes) of a state's bincode encoding, then of each
+/// record of its history in id order (a state whose history is kept in a
+/// store encodes only what it counts).
 pub fn digest(state: &ClusterState) -> String {
-    let bytes = bincode::serde::encode_to_vec(state, bincode::config::standard()).unwrap_or_default();
-    Sha256::digest(&bytes).iter().take(16).map(|b| format!("{b:02x}")).collect()
+    let config = bincode::config::standard();
+    let mut hash = Sha256::new();
+    hash.update(bincode::serde::encode_to_vec(state, config).unwrap_or_default());
+    for event in state.history().events() {
+        hash.update(bincode::serde::encode_to_vec(&event, config).unwrap_or_default());
+    }
+    for delivery in state.history().deliveries() {
+        hash.update(bincode::serde::encode_to_vec(&delivery, config).unwrap_or_default());
+    }
+    hash.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
 pub fn check(states: &[(NodeId, ClusterState, u64)]) -> Vec<Violation> {

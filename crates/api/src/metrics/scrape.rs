@@ -41,9 +41,10 @@ impl Collector for Scrape {
         let (stale, usage, ranked) = {
             let state = ctx.state.read();
             let rows = endpoints::owned_rows(&state, ctx.node_id, ctx.clock.wall_ms());
-            (state.outcomes_rejected_stale, state.usage(), endpoints::top_endpoints(rows, ctx.metrics_top_endpoints))
+            let ranked = endpoints::top_endpoints(rows, ctx.metrics_top_endpoints);
+            (state.outcomes_rejected_stale, (state.memory_usage(), state.history().bytes()), ranked)
         };
-        budgets(e, &ctx, usage)?;
+        budgets(e, &ctx, usage.0, usage.1)?;
         counter(
             e,
             "hookraft_outcomes_rejected_stale",
@@ -131,15 +132,26 @@ fn payloads(e: &mut DescriptorEncoder, ctx: &ApiContext) -> std::fmt::Result {
 }
 
 /// The headroom of the ingest budgets (`crate::admission`).
-fn budgets(e: &mut DescriptorEncoder, ctx: &ApiContext, usage: hookraft_core::state::Usage) -> std::fmt::Result {
+fn budgets(
+    e: &mut DescriptorEncoder,
+    ctx: &ApiContext,
+    usage: hookraft_core::state::Usage,
+    history_bytes: u64,
+) -> std::fmt::Result {
     let (admission, budgets) = (&ctx.admission, ctx.admission.budgets);
     gauge(e, "hookraft_pending_deliveries", "Deliveries not yet delivered or dead (this replica)", usage.pending)?;
     gauge(e, "hookraft_pending_budget", "Pending deliveries past which ingest is refused", budgets.max_pending)?;
     gauge(
         e,
         "hookraft_retained_bytes",
-        "Estimated bytes of retained events, deliveries and timelines (this replica)",
+        "Estimated bytes of events, deliveries and timelines held in memory (this replica)",
         usage.bytes,
+    )?;
+    gauge(
+        e,
+        "hookraft_history_bytes",
+        "Bytes of the encoded finished history, in memory and in the history store (this replica)",
+        history_bytes,
     )?;
     let metric = ConstGauge::new(budgets.memory_bytes);
     let unit = Unit::Bytes;

@@ -188,7 +188,7 @@ async fn ingest_inner(ctx: &ApiContext, request: Request) -> ApiResult<Response>
     let (existing, used, incoming) = {
         let state = ctx.state.read();
         let existing = event.idempotency_key.as_ref().and_then(|key| state.idempotency.get(key.as_str()).copied());
-        (existing, state.usage(), incoming(&state, std::slice::from_ref(&event)))
+        (existing, state.memory_usage(), incoming(&state, std::slice::from_ref(&event)))
     };
     if let Some(existing) = existing {
         return answer(ctx, &existing, true);
@@ -275,7 +275,7 @@ async fn ingest_batch_inner(ctx: &ApiContext, request: Request) -> ApiResult<Res
 pub(crate) fn admit<'a>(ctx: &'a ApiContext, events: &[NewEvent]) -> ApiResult<Reservation<'a>> {
     let (used, incoming) = {
         let state = ctx.state.read();
-        (state.usage(), incoming(&state, events))
+        (state.memory_usage(), incoming(&state, events))
     };
     ctx.admission.admit(used, incoming).map_err(|refusal| Problem::over_budget(&refusal))
 }

@@ -61,6 +61,9 @@ pub struct History {
     /// Decoded from an encoding that left the records to the store
     /// (`codec.rs`): [`History::attach`] must give it that store.
     apart: bool,
+    /// Bytes of the records the open and sealed layers hold: what of the
+    /// history is in memory.
+    held: u64,
 }
 
 /// What the history holds, all layers together. Encoded in place of the
@@ -149,20 +152,22 @@ impl History {
     }
 
     /// Bytes of the encoded records held in memory (the layers), the rest
-    /// being in the store.
+    /// being in the store: O(1), kept by every change.
     pub fn held_bytes(&self) -> u64 {
-        let held = |layer: &Layer| -> u64 {
-            let events = layer.events.values().map(|c| match c {
-                EventChange::Put { blob, .. } => blob.len(),
-                EventChange::Removed { .. } => 0,
-            });
-            let deliveries = layer.deliveries.values().map(|c| match c {
-                DeliveryChange::Put { blob, .. } => blob.len(),
-                DeliveryChange::Removed { .. } => 0,
-            });
-            events.sum::<u64>() + deliveries.sum::<u64>()
-        };
-        self.layers().map(held).sum()
+        self.held
+    }
+
+    /// Bytes of the records one layer holds, counted.
+    fn layer_bytes(layer: &Layer) -> u64 {
+        let events = layer.events.values().map(|c| match c {
+            EventChange::Put { blob, .. } => blob.len(),
+            EventChange::Removed { .. } => 0,
+        });
+        let deliveries = layer.deliveries.values().map(|c| match c {
+            DeliveryChange::Put { blob, .. } => blob.len(),
+            DeliveryChange::Removed { .. } => 0,
+        });
+        events.sum::<u64>() + deliveries.sum::<u64>()
     }
 
     fn found_event(&self, id: &EventId) -> Option<Found<'_>> {
@@ -430,6 +435,7 @@ impl History {
         self.open.events.insert(event.id, EventChange::Put { received_at_ms: event.received_at_ms, blob, replaces });
         self.counts.events += 1;
         self.counts.bytes += added;
+        self.held += added;
         added
     }
 
@@ -446,6 +452,9 @@ impl History {
             deliveries.push(found.record::<Delivery>());
         }
         let key = (event.received_at_ms, *id);
+        if let Some(EventChange::Put { blob, .. }) = self.open.events.get(id) {
+            self.held -= blob.len();
+        }
         if self.below_holds_event(id) {
             self.open.events.insert(*id, EventChange::Removed { received_at_ms: event.received_at_ms });
             self.open.by_time.insert(key, false);
@@ -455,7 +464,10 @@ impl History {
         }
         for delivery in &deliveries {
             let below = match self.open.deliveries.get(&delivery.id) {
-                Some(DeliveryChange::Put { replaces, .. }) => *replaces,
+                Some(DeliveryChange::Put { replaces, blob, .. }) => {
+                    self.held -= blob.len();
+                    *replaces
+                }
                 _ => self.below_delivery(&delivery.id),
             };
             match below {
@@ -502,6 +514,8 @@ impl History {
             None => open,
         };
         let flush = sealed.flush();
+        // Joined layers may hold less than both did (a newer removal).
+        self.held = Self::layer_bytes(&sealed);
         self.sealed = Some(Arc::new(sealed));
         flush
     }
@@ -509,7 +523,9 @@ impl History {
     /// The store committed the last [`seal`](Self::seal)'s flush: its
     /// changes are read from the store from now on.
     pub fn flushed(&mut self, store: Arc<dyn HistoryStore>) {
-        self.sealed = None;
+        if let Some(sealed) = self.sealed.take() {
+            self.held -= Self::layer_bytes(&sealed);
+        }
         self.store = Some(store);
     }
 
@@ -584,6 +600,10 @@ impl History {
         if counted != self.counts {
             return Err(format!("the history counts {:?}, its records {counted:?}", self.counts));
         }
+        let held = self.layers().map(Self::layer_bytes).sum::<u64>();
+        if held != self.held {
+            return Err(format!("the history says it holds {} bytes in memory, its layers {held}", self.held));
+        }
         let dead_listed: usize =
             counted.dead.keys().map(|e| self.dead_of(e, (Bound::Unbounded, Bound::Unbounded), false).count()).sum();
         if dead_listed as u64 != counted.dead.values().sum::<u64>() {
@@ -626,8 +646,8 @@ impl fmt::Debug for History {
 
 mod codec;
 mod layer;
-use codec::{Blob, decode};
 pub use codec::HistoryV4;
+use codec::{Blob, decode};
 use layer::{DeliveryChange, EventChange, Layer, Says};
 #[cfg(test)]
 mod tests;

@@ -107,7 +107,7 @@ impl Flush {
 /// A store in memory: the reference the on-disk one is checked against,
 /// and the simulator's (a flush is one step, so a crash sees it all or
 /// none of it).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemStore {
     events: std::collections::BTreeMap<EventId, Vec<u8>>,
     deliveries: std::collections::BTreeMap<DeliveryId, Vec<u8>>,

@@ -131,12 +131,7 @@ pub struct ClusterStateV4(pub ClusterState);
 
 impl From<Encoded<Ordered, (), InboundState, HistoryV4>> for ClusterStateV4 {
     fn from(encoded: Encoded<Ordered, (), InboundState, HistoryV4>) -> Self {
-        Self(ClusterState::from(encoded.upgraded(
-            |ordered| ordered,
-            |()| None,
-            |inbound| inbound,
-            |history| history.0,
-        )))
+        Self(ClusterState::from(encoded.upgraded(|ordered| ordered, |()| None, |inbound| inbound, |history| history.0)))
     }
 }
 

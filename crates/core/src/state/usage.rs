@@ -128,6 +128,15 @@ impl ClusterState {
         self.usage
     }
 
+    /// [`usage`](Self::usage) counting of the history only what is in
+    /// memory: what a memory budget weighs. Depends on when this node last
+    /// wrote a snapshot, so it differs between replicas: for a node's own
+    /// decisions, never for an apply's. O(1).
+    pub fn memory_usage(&self) -> Usage {
+        let history = self.history.bytes() - self.history.held_bytes();
+        Usage { pending: self.usage.pending, bytes: self.usage.bytes.saturating_sub(history) }
+    }
+
     /// Counts [`usage`](Self::usage) from the records: after a decode,
     /// which leaves the counters at zero. O(state).
     pub fn recount_usage(&mut self) {

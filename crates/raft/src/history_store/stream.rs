@@ -251,7 +251,7 @@ impl Progress {
 /// Loads a stream into the fresh database `db`: rows in transactions of
 /// about [`IMPORT_COMMIT_BYTES`] committed without a sync, then, once the
 /// end's checksum and the counts are right, the last one durably.
-pub(super) fn load(db: &redb::Database, input: &mut impl Read) -> Result<(), Error> {
+pub(super) fn load(db: &redb::Database, input: &mut (impl Read + ?Sized)) -> Result<(), Error> {
     let mut stream = StreamReader::new(input);
     let header = stream.header()?;
     let mut progress = Progress::default();

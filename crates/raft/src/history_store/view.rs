@@ -83,7 +83,7 @@ impl HistoryView {
     /// Writes every row of every table of this view to `out` as one stream
     /// (see the module's comment), holding one row at a time, and returns
     /// the bytes written.
-    pub fn export(&self, out: &mut impl Write) -> Result<u64, Error> {
+    pub fn export(&self, out: &mut (impl Write + ?Sized)) -> Result<u64, Error> {
         let mut stream = StreamWriter::new(out);
         stream.header(self.counts_of_view()?)?;
         for table in Table::ALL {

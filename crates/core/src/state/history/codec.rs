@@ -107,6 +107,7 @@ impl TryFrom<Stored> for History {
             history.open.by_time.insert((event.received_at_ms, id), true);
             history.counts.events += 1;
             history.counts.bytes += blob.len();
+            history.held += blob.len();
             let received_at_ms = event.received_at_ms;
             history.open.events.insert(id, EventChange::Put { received_at_ms, blob, replaces: false });
         }
@@ -122,6 +123,7 @@ impl TryFrom<Stored> for History {
             }
             history.counts.deliveries += 1;
             history.counts.bytes += blob.len();
+            history.held += blob.len();
             history.open.deliveries.insert(id, DeliveryChange::Put { dead_of: row, blob, replaces: None });
         }
         Ok(history)

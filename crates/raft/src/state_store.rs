@@ -1,0 +1,251 @@
+//! [`StateStore`]: where the state machine's snapshot lives — the finished
+//! history's records and, in the same commit, the encoded state they go
+//! with and the log position it was applied to (design note 61, step 2).
+//!
+//! A snapshot is one [`StateStore::commit`]: the history's changes since
+//! the last one (a [`Flush`]), the state encoded with its history apart
+//! (only what the history counts), and the snapshot's metadata, durable
+//! together or not at all. So the store never holds history the stored
+//! state has not applied, nor lacks history it has, and a snapshot writes
+//! what changed since the last plus the work in memory, not the whole
+//! retained history.
+//!
+//! A snapshot leaves for another node as [`StateStore::export`]'s stream
+//! and arrives through [`StateStore::import`], which replaces the whole
+//! store at once.
+//!
+//! Two stores: [`RedbStateStore`], one redb file beside the log
+//! ([`RedbHistory`]), and [`MemStateStore`], in memory for the simulator,
+//! kept by its [`crate::MemDisk`] across crashes (a commit is one step, so
+//! a crash sees all of it or none of it).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use hookraft_core::state::history_store::{Flush, HistoryStore, MemStore};
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::disk::{LOCK_RELEASE_GRACE, LOCK_RETRY_PAUSE};
+use crate::history_store::{DEFAULT_CACHE_BYTES, RedbHistory};
+
+/// Writes the encoded state into the writer a commit hands it.
+pub type EncodeState<'a> = &'a mut dyn FnMut(&mut dyn Write) -> Result<(), Error>;
+
+/// What a store's last commit holds beside the history: the snapshot's
+/// metadata and the encoded state, as the state machine gave them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredState {
+    pub meta: Vec<u8>,
+    pub state: Vec<u8>,
+}
+
+/// The durable home of the state machine's snapshot. See the module's
+/// comment. Every method may block on a disk ([`StateStore::blocks`]).
+pub trait StateStore: Send + Sync {
+    /// The history as of the last commit, for the state to read its
+    /// records through. After an [`import`](Self::import) it is a new one.
+    fn history(&self) -> Result<Arc<dyn HistoryStore>, Error>;
+
+    /// The last commit's metadata and state; `None` before the first.
+    fn load(&self) -> Result<Option<StoredState>, Error>;
+
+    /// Applies `flush`, replaces the state by what `encode` writes and the
+    /// metadata by `meta`, in one durable commit. Returns the state's bytes.
+    fn commit(&self, flush: &Flush, meta: &[u8], encode: EncodeState<'_>) -> Result<u64, Error>;
+
+    /// Writes the last commit to `out` as one stream; returns its
+    /// metadata (`None` before the first commit: nothing is written) and
+    /// the bytes written.
+    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error>;
+
+    /// Replaces the whole store by a stream [`export`](Self::export) wrote,
+    /// atomically: after an error the store is as it was.
+    fn import(&self, input: &mut dyn Read) -> Result<(), Error>;
+
+    /// Whether its calls can hold a thread for long (a file on a disk):
+    /// then they run on blocking threads. A store in memory answers false.
+    fn blocks(&self) -> bool;
+}
+
+// --- on disk ------------------------------------------------------------------
+
+/// The file of a node's [`RedbStateStore`], beside its log.
+pub const STATE_STORE_FILE: &str = "hookraft-history.redb";
+/// Where an import is written before it takes the store's place.
+const IMPORT_FILE: &str = "hookraft-history.redb.import";
+
+/// The state store in one redb file ([`RedbHistory`]).
+pub struct RedbStateStore {
+    dir: PathBuf,
+    /// Replaced whole by an import; states attached before go on reading
+    /// the file they were attached to until they are dropped.
+    current: RwLock<Arc<RedbHistory>>,
+}
+
+impl RedbStateStore {
+    /// Opens the store in the directory `dir`, creating it on the first
+    /// open. An import a crash cut short is removed. The file stays open,
+    /// and locked, while any state attached to it lives (a clone of one
+    /// too): a process reopening the directory drops those first.
+    pub fn open(dir: &Path) -> Result<Self, Error> {
+        let leftover = dir.join(IMPORT_FILE);
+        if leftover.exists() {
+            std::fs::remove_file(&leftover).map_err(|source| Error::File {
+                what: "remove",
+                path: leftover.clone(),
+                source,
+            })?;
+        }
+        // As sled's lock, redb's outlives a store dropped a moment ago (by
+        // a node stopping in this process): wait for it as sled's is.
+        let mut waited = std::time::Duration::ZERO;
+        let history = loop {
+            match RedbHistory::open(&dir.join(STATE_STORE_FILE), DEFAULT_CACHE_BYTES) {
+                Err(Error::Redb(redb::Error::DatabaseAlreadyOpen)) if waited < LOCK_RELEASE_GRACE => {
+                    std::thread::sleep(LOCK_RETRY_PAUSE);
+                    waited += LOCK_RETRY_PAUSE;
+                }
+                opened => break opened?,
+            }
+        };
+        Ok(Self { dir: dir.to_path_buf(), current: RwLock::new(Arc::new(history)) })
+    }
+
+    fn current(&self) -> Arc<RedbHistory> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+impl StateStore for RedbStateStore {
+    fn history(&self) -> Result<Arc<dyn HistoryStore>, Error> {
+        Ok(self.current())
+    }
+
+    fn load(&self) -> Result<Option<StoredState>, Error> {
+        let view = self.current().view()?;
+        let Some(meta) = view.applied()? else { return Ok(None) };
+        Ok(Some(StoredState { meta, state: view.state()? }))
+    }
+
+    fn commit(&self, flush: &Flush, meta: &[u8], encode: EncodeState<'_>) -> Result<u64, Error> {
+        self.current().flush_with(flush, meta, encode).map(|(_, state_bytes)| state_bytes)
+    }
+
+    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
+        let view = self.current().view()?;
+        let Some(meta) = view.applied()? else { return Ok(None) };
+        let written = view.export(out)?;
+        Ok(Some((meta, written)))
+    }
+
+    fn import(&self, input: &mut dyn Read) -> Result<(), Error> {
+        let incoming = self.dir.join(IMPORT_FILE);
+        if incoming.exists() {
+            std::fs::remove_file(&incoming).map_err(|source| Error::File {
+                what: "remove",
+                path: incoming.clone(),
+                source,
+            })?;
+        }
+        let imported = RedbHistory::import(input, &incoming, DEFAULT_CACHE_BYTES)?;
+        if imported.view()?.applied()?.is_none() {
+            drop(imported);
+            let _ = std::fs::remove_file(&incoming);
+            return Err(Error::StreamRefused("it holds no snapshot".into()));
+        }
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        RedbHistory::replace(&self.dir.join(STATE_STORE_FILE), &incoming)?;
+        *current = Arc::new(imported);
+        Ok(())
+    }
+
+    fn blocks(&self) -> bool {
+        true
+    }
+}
+
+// --- in memory ----------------------------------------------------------------
+
+/// A [`MemStateStore`]'s last commit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct MemCommit {
+    history: Arc<MemStore>,
+    stored: Option<StoredState>,
+}
+
+/// What starts a [`MemStateStore`]'s export stream.
+const MEM_STREAM_MAGIC: &[u8; 8] = b"hkmemst1";
+
+/// The state store of a [`crate::MemDisk`]: every commit a new immutable
+/// [`MemStore`], so a state attached to an earlier one reads it unchanged.
+/// Fails, like the disk's other handles, once the disk crashed after it
+/// was opened.
+pub struct MemStateStore {
+    commit: Arc<Mutex<MemCommit>>,
+    /// Whether this handle still belongs to the disk's current life.
+    alive: Box<dyn Fn() -> Result<(), Error> + Send + Sync>,
+}
+
+impl MemStateStore {
+    pub(crate) fn new(
+        commit: Arc<Mutex<MemCommit>>,
+        alive: impl Fn() -> Result<(), Error> + Send + Sync + 'static,
+    ) -> Self {
+        Self { commit, alive: Box::new(alive) }
+    }
+
+    fn last(&self) -> Result<std::sync::MutexGuard<'_, MemCommit>, Error> {
+        (self.alive)()?;
+        Ok(self.commit.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl StateStore for MemStateStore {
+    fn history(&self) -> Result<Arc<dyn HistoryStore>, Error> {
+        Ok(self.last()?.history.clone())
+    }
+
+    fn load(&self) -> Result<Option<StoredState>, Error> {
+        Ok(self.last()?.stored.clone())
+    }
+
+    fn commit(&self, flush: &Flush, meta: &[u8], encode: EncodeState<'_>) -> Result<u64, Error> {
+        let mut state = Vec::new();
+        encode(&mut state)?;
+        let mut last = self.last()?;
+        let mut history = MemStore::clone(&last.history);
+        history.apply(flush);
+        let bytes = state.len() as u64;
+        *last = MemCommit { history: Arc::new(history), stored: Some(StoredState { meta: meta.to_vec(), state }) };
+        Ok(bytes)
+    }
+
+    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
+        let last = self.last()?.clone();
+        let Some(stored) = &last.stored else { return Ok(None) };
+        let mut bytes = MEM_STREAM_MAGIC.to_vec();
+        bytes.extend(crate::codec::encode("state store", &last)?);
+        out.write_all(&bytes).map_err(|source| Error::Stream { what: "write", source })?;
+        Ok(Some((stored.meta.clone(), bytes.len() as u64)))
+    }
+
+    fn import(&self, input: &mut dyn Read) -> Result<(), Error> {
+        let mut bytes = Vec::new();
+        input.read_to_end(&mut bytes).map_err(|source| Error::Stream { what: "read", source })?;
+        let Some(body) = bytes.strip_prefix(MEM_STREAM_MAGIC) else {
+            return Err(Error::StreamRefused("it is not an in-memory state store's".into()));
+        };
+        let commit: MemCommit = crate::codec::decode("state store", body)?;
+        if commit.stored.is_none() {
+            return Err(Error::StreamRefused("it holds no snapshot".into()));
+        }
+        *self.last()? = commit;
+        Ok(())
+    }
+
+    fn blocks(&self) -> bool {
+        false
+    }
+}
