@@ -90,14 +90,7 @@ impl RedbStateStore {
     /// and locked, while any state attached to it lives (a clone of one
     /// too): a process reopening the directory drops those first.
     pub fn open(dir: &Path) -> Result<Self, Error> {
-        let leftover = dir.join(IMPORT_FILE);
-        if leftover.exists() {
-            std::fs::remove_file(&leftover).map_err(|source| Error::File {
-                what: "remove",
-                path: leftover.clone(),
-                source,
-            })?;
-        }
+        remove_leftover_import(dir)?;
         // As sled's lock, redb's outlives a store dropped a moment ago (by
         // a node stopping in this process): wait for it as sled's is.
         let mut waited = std::time::Duration::ZERO;
@@ -116,6 +109,16 @@ impl RedbStateStore {
     fn current(&self) -> Arc<RedbHistory> {
         self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
+}
+
+/// Removes what an import a crash or an error cut short left in `dir`;
+/// returns where an import writes.
+fn remove_leftover_import(dir: &Path) -> Result<PathBuf, Error> {
+    let path = dir.join(IMPORT_FILE);
+    if path.exists() {
+        std::fs::remove_file(&path).map_err(|source| Error::File { what: "remove", path: path.clone(), source })?;
+    }
+    Ok(path)
 }
 
 impl StateStore for RedbStateStore {
@@ -141,14 +144,7 @@ impl StateStore for RedbStateStore {
     }
 
     fn import(&self, input: &mut dyn Read) -> Result<(), Error> {
-        let incoming = self.dir.join(IMPORT_FILE);
-        if incoming.exists() {
-            std::fs::remove_file(&incoming).map_err(|source| Error::File {
-                what: "remove",
-                path: incoming.clone(),
-                source,
-            })?;
-        }
+        let incoming = remove_leftover_import(&self.dir)?;
         let imported = RedbHistory::import(input, &incoming, DEFAULT_CACHE_BYTES)?;
         if imported.view()?.applied()?.is_none() {
             drop(imported);
