@@ -336,49 +336,6 @@ impl<'txn> WriteTables<'txn> {
     }
 }
 
-/// Writes an encoded state into the `state` table as chunks of
-/// [`STATE_CHUNK_BYTES`], numbered from 0, holding one chunk at a time.
-struct ChunkWriter<'a, 'txn> {
-    table: &'a mut WriteRows<'txn>,
-    chunk: Vec<u8>,
-    number: u64,
-    written: u64,
-}
-
-impl ChunkWriter<'_, '_> {
-    fn put_chunk(&mut self) -> Result<(), Error> {
-        self.table.insert(chunk_key(self.number).as_slice(), self.chunk.as_slice())?;
-        self.number += 1;
-        self.chunk.clear();
-        Ok(())
-    }
-
-    /// Writes the last chunk; returns the number after it.
-    fn finish(mut self) -> Result<u64, Error> {
-        if !self.chunk.is_empty() {
-            self.put_chunk()?;
-        }
-        Ok(self.number)
-    }
-}
-
-impl Write for ChunkWriter<'_, '_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let room = STATE_CHUNK_BYTES - self.chunk.len();
-        let taken = bytes.len().min(room);
-        self.chunk.extend_from_slice(&bytes[..taken]);
-        self.written += taken as u64;
-        if self.chunk.len() == STATE_CHUNK_BYTES {
-            self.put_chunk().map_err(std::io::Error::other)?;
-        }
-        Ok(taken)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn check_record(record: &[u8], limit: usize) -> Result<(), Error> {
     if record.len() > limit {
         return Err(Error::RecordTooLarge { len: record.len(), limit });
@@ -497,14 +454,9 @@ impl RedbHistory {
             let mut counts = read_counts(&tables.meta)?;
             tables.apply(flush, &mut counts, self.record_limit)?;
             write_counts(&mut tables.meta, counts)?;
-            let mut chunks = ChunkWriter {
-                table: &mut tables.state,
-                chunk: Vec::with_capacity(STATE_CHUNK_BYTES),
-                number: 0,
-                written: 0,
-            };
+            let mut chunks = ChunkWriter::new(&mut tables.state);
             encode(&mut chunks)?;
-            let state_bytes = chunks.written;
+            let state_bytes = chunks.written();
             let next = chunks.finish()?;
             tables.remove_state_from(next)?;
             tables.meta.insert(META_APPLIED, applied)?;
@@ -617,8 +569,10 @@ fn store_error(error: Error) -> StoreError {
     StoreError(error.to_string())
 }
 
+mod chunks;
 mod stream;
 mod view;
+use chunks::ChunkWriter;
 use stream::*;
 pub use view::HistoryView;
 #[cfg(test)]

@@ -94,19 +94,15 @@ impl StateMachineStore {
     /// in its file is committed to the store first.
     pub fn open(disk: &dyn Disk, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
         let (snapshots, found) = SnapshotStore::open(disk)?;
-        let (mut applied, legacy) = match &found {
+        let legacy = matches!(found, Some(Found::Legacy(_)));
+        let (mut applied, snapshot_bytes) = match found {
             Some(Found::InStore((meta, data)) | Found::Legacy((meta, data))) => {
-                let (last_applied, last_membership, state) = decode_payload(meta, data)?;
+                let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
                 tracing::info!(snapshot = %meta.snapshot_id, "state machine restored from snapshot");
-                (Applied { state, last_applied, last_membership }, matches!(found, Some(Found::Legacy(_))))
+                (Applied { state, last_applied, last_membership }, if legacy { 0 } else { data.len() as u64 })
             }
-            None => (Applied::default(), false),
+            None => (Applied::default(), 0),
         };
-        let snapshot_bytes = match &found {
-            Some(Found::InStore((_, data))) => data.len() as u64,
-            _ => 0,
-        };
-        drop(found);
         applied.state.attach_history(snapshots.history()?).map_err(Error::Corrupt)?;
         let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
         if legacy {
