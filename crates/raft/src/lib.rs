@@ -69,8 +69,8 @@ mod codec;
 mod dir_file;
 mod group_commit;
 mod snapshot;
+pub mod snapshot_data;
 
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -81,13 +81,14 @@ pub use error::Error;
 pub use history_store::{HistoryView, RedbHistory};
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
 pub use log_command::LogCommand;
-pub use log_store::{LogStore, SledLogStore};
+pub use log_store::{LogStore, SledLogStore, SnapshotHold};
 pub use mem_disk::MemDisk;
 pub use network::{
     SNAPSHOT_EVERY_ENTRIES, SingleNodeNetwork, UnreachablePeer, raft_config, raft_config_snapshotting_every,
 };
 pub use rpc::{ProposeReply, RaftReply};
 pub use runtime::{SeededRuntime, SeededThreadRng, seed_thread_rng};
+pub use snapshot_data::{SnapshotData, Spool};
 pub use state_handle::{StateHandle, StateRef};
 pub use state_machine::{ApplyObserver, StateMachineStore, snapshot_id};
 pub use state_store::{MemStateStore, RedbStateStore, StateStore, StoredState};
@@ -95,7 +96,7 @@ pub use state_store::{MemStateStore, RedbStateStore, StateStore, StoredState};
 openraft::declare_raft_types!(
     /// openraft's type parameters for hookraft: commands in, responses out,
     /// nodes named by `u64` with a [`openraft::BasicNode`] address, snapshots
-    /// as in-memory byte buffers, tokio with a seedable generator
+    /// spooled through files ([`SnapshotData`]), tokio with a seedable generator
     /// ([`SeededRuntime`]).
     pub TypeConfig:
         D = LogCommand,
@@ -103,7 +104,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = SnapshotData,
         AsyncRuntime = SeededRuntime,
 );
 
@@ -181,9 +182,10 @@ pub fn open_disk(
     disk: &dyn Disk,
     observer: Option<Arc<dyn ApplyObserver>>,
 ) -> Result<(LogStore, StateMachineStore, StateHandle), Error> {
-    let log_store = LogStore::open(disk)?;
+    let hold = SnapshotHold::default();
+    let log_store = LogStore::open(disk)?.with_hold(hold.clone());
     let (state_machine, handle) = StateMachineStore::open(disk, observer)?;
-    Ok((log_store, state_machine, handle))
+    Ok((log_store, state_machine.with_hold(hold), handle))
 }
 
 /// [`open`] on a sled database in the directory `path`.

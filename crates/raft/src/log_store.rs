@@ -82,6 +82,49 @@ pub struct LogStore {
     /// The thread removing the last purge's entries from a disk that
     /// blocks, which the next one waits for, so removals stay in log order.
     removal: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// Set by the state machine while it receives a snapshot.
+    hold: SnapshotHold,
+}
+
+/// Holds the log back while a snapshot is being received: no purge point
+/// and no commit index at or past the index the node's durable snapshot
+/// covers is persisted until the received one is installed.
+///
+/// openraft 0.9 purges the log a received snapshot covers, and takes its
+/// last index as committed, as soon as the last chunk arrives, in its core,
+/// while the state machine installs the snapshot on its own task. A crash
+/// before the install is durable would leave a state as of the older
+/// snapshot beside a log that lacks what comes after it, or a commit index
+/// no stored entry backs: openraft then refuses to start (its purge point
+/// past its commit) or to re-apply the log. With the hold, such a crash
+/// leaves the older snapshot with the log it had; the leader sends the
+/// snapshot again. A purge skipped is done by the next one, which covers
+/// it.
+#[derive(Clone, Debug)]
+pub struct SnapshotHold(Arc<AtomicU64>);
+
+impl Default for SnapshotHold {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU64::new(u64::MAX)))
+    }
+}
+
+impl SnapshotHold {
+    /// Holds the log back to the durable snapshot's last index (`None`
+    /// without one).
+    pub fn hold(&self, durable: Option<u64>) {
+        self.0.store(durable.map_or(0, |index| index.saturating_add(1)), Ordering::SeqCst);
+    }
+
+    /// The received snapshot is installed and durable.
+    pub fn release(&self) {
+        self.0.store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// Whether a purge point or commit index at `index` may be persisted.
+    pub fn allows(&self, index: u64) -> bool {
+        index < self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// The old name of [`LogStore`], from when it only ran on sled.
@@ -154,6 +197,7 @@ impl LogStore {
             first_readable: Arc::default(),
             sizes: LogSizeWatch::default(),
             removal: Arc::default(),
+            hold: SnapshotHold::default(),
         };
         match store.meta.get(KEY_FORMAT)? {
             Some(bytes) => {
@@ -186,6 +230,12 @@ impl LogStore {
             }
         }
         Ok(store)
+    }
+
+    /// Shares `hold` with the state machine (see [`SnapshotHold`]).
+    pub fn with_hold(mut self, hold: SnapshotHold) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// Records the size of every entry on the disk, a page at a time so a
@@ -435,6 +485,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        if committed.is_some_and(|id| !self.hold.allows(id.index)) {
+            // The one persisted before stays: entries back it.
+            return Ok(());
+        }
         // Not flushed on purpose: see the module docs.
         self.write_meta("committed log id", KEY_COMMITTED, &committed)
             .map_err(|e| e.storage(ErrorSubject::Store, ErrorVerb::Write))
@@ -473,6 +527,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        if !self.hold.allows(log_id.index) {
+            tracing::info!(%log_id, "purge put off until the snapshot being received is installed");
+            return Ok(());
+        }
         tracing::debug!(%log_id, "purging the raft log");
         // The purge point first, durably; the entries below it go afterwards
         // (`remove_purged`), so a crash leaves extra entries, never a hole.

@@ -279,6 +279,11 @@ impl SnapshotStore {
         self.store.import(input)
     }
 
+    /// A spool for a snapshot on its way (see [`StateStore::spool`]).
+    pub(crate) fn spool(&self) -> Result<crate::Spool, Error> {
+        self.store.spool()
+    }
+
     /// Removes the snapshot an earlier version left in its tree, if any,
     /// and empties its file, once the state store holds a commit.
     fn forget_legacy(&self) -> Result<(), Error> {

@@ -13,7 +13,6 @@
 //! This module must not decide anything about the domain: a command's
 //! effect is [`ClusterState::apply`]'s alone.
 
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -25,9 +24,12 @@ use crate::disk::Disk;
 use crate::snapshot::{Found, SnapshotStore, decode_payload, stored_is_newer};
 use crate::state_handle::{Applied, StateHandle, assert_no_read_held, lock_address};
 use crate::{
-    ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotMeta, StorageError, StoredMembership,
-    TypeConfig,
+    ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StorageError,
+    StoredMembership, TypeConfig,
 };
+
+/// The buffer between a spool file and an export or an import.
+const SPOOL_BUFFER_BYTES: usize = 1 << 20;
 
 /// Records retired by one apply that are dropped where they are, without
 /// a hop to a blocking thread (a `Prune` of 512 events retires 1,024).
@@ -85,6 +87,9 @@ pub struct StateMachineStore {
     /// writers, make every reader of the node (HTTP handlers, endpoint
     /// actors) wait behind it until the snapshot is written.
     snapshot_gate: Arc<tokio::sync::Mutex<()>>,
+    /// Shared with the log store: held from the first chunk of a received
+    /// snapshot until it is installed (see [`crate::SnapshotHold`]).
+    hold: crate::SnapshotHold,
 }
 
 impl StateMachineStore {
@@ -125,8 +130,15 @@ impl StateMachineStore {
             snapshots_built: Arc::new(AtomicU64::new(0)),
             snapshot_bytes,
             snapshot_gate: Arc::default(),
+            hold: crate::SnapshotHold::default(),
         };
         Ok((store, StateHandle { applied }))
+    }
+
+    /// Shares `hold` with the log store (see [`crate::SnapshotHold`]).
+    pub fn with_hold(mut self, hold: crate::SnapshotHold) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// The current snapshot's size in bytes, kept up to date.
@@ -230,7 +242,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             if stored_is_newer(stored, &meta.last_log_id) {
                 drop(applied);
                 tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
-                return Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) });
+                return Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::Memory(Default::default())) });
             }
             let flush = applied.state.seal_history();
             (meta, applied.state.clone(), flush)
@@ -272,7 +284,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             total_ms = started.elapsed().as_millis() as u64,
             "snapshot built"
         );
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+        Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::Memory(Default::default())) })
     }
 }
 
@@ -303,24 +315,32 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    /// A spool file (a buffer in memory) for openraft to write the chunks
+    /// it receives into.
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        // Before openraft can purge or commit as of the incoming snapshot.
+        self.hold.hold(self.snapshots.begin_save().await.stored_index());
+        let snapshots = self.snapshots.clone();
+        let spool = self
+            .snapshots
+            .off_runtime(move || snapshots.spool())
+            .await
+            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Write))?;
+        Ok(Box::new(spool.into_data()))
     }
 
-    /// Replaces the state store by the snapshot's stream, decodes and
-    /// checks the state it holds, then replaces the state with it.
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError> {
+    /// Replaces the state store by the snapshot's stream, read from its
+    /// spool, decodes and checks the state it holds, then replaces the
+    /// state with it.
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotData>) -> Result<(), StorageError> {
+        let started = tokio::time::Instant::now();
         let mut save = self.snapshots.begin_save().await;
         if save.holds_newer_than(&meta.last_log_id) {
             // Only a snapshot built concurrently from a later applied state
             // can be newer, and openraft installs only past what was applied.
             tracing::warn!(snapshot = %meta, "installing a snapshot older than the stored one");
         }
-        let bytes = snapshot.get_ref().len();
+        let mut spool = snapshot.into_spool().await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
         // Importing and decoding take a while for a large store.
         let snapshots = self.snapshots.clone();
         let checked = meta.clone();
@@ -328,9 +348,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .snapshots
             .off_runtime(move || {
                 // Whole, from its start: openraft leaves a received
-                // snapshot's cursor at its end.
-                let data = snapshot.into_inner();
-                snapshots.import(&mut data.as_slice())?;
+                // snapshot at its end.
+                let bytes = spool.rewind_len()?;
+                snapshots.import(&mut std::io::BufReader::with_capacity(SPOOL_BUFFER_BYTES, spool))?;
                 let (stored_meta, payload) =
                     snapshots.load()?.ok_or_else(|| Error::Corrupt("the imported snapshot holds no state".into()))?;
                 let (last_applied, last_membership, mut state) = decode_payload(&checked, &payload)?;
@@ -341,12 +361,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     )));
                 }
                 state.attach_history(snapshots.history()?).map_err(Error::Corrupt)?;
-                Ok((Applied { state, last_applied, last_membership }, payload.len()))
+                Ok((Applied { state, last_applied, last_membership }, payload.len(), bytes))
             })
             .await
             .map_err(snapshot_error(meta, ErrorVerb::Read))?;
-        let (installed, state_bytes) = installed;
+        let (installed, state_bytes, bytes) = installed;
         save.stored(meta).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        self.hold.release();
         self.snapshot_bytes.store(state_bytes as u64, Ordering::Relaxed);
         let replaced = {
             let _gate = self.snapshot_gate.lock().await;
@@ -365,23 +386,33 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 Ok(())
             })
             .await;
-        tracing::info!(bytes, snapshot = %meta.snapshot_id, "snapshot installed");
+        tracing::info!(
+            bytes,
+            snapshot = %meta.snapshot_id,
+            total_ms = started.elapsed().as_millis() as u64,
+            "snapshot installed"
+        );
         Ok(())
     }
 
-    /// Exports the state store's last commit whole (openraft sends it to a
-    /// follower from one buffer), on a blocking thread for a store on disk.
+    /// Exports the state store's last commit into a spool of its own (a
+    /// file for a store on disk, written on a blocking thread), which
+    /// openraft reads a chunk at a time to send to a follower.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         let snapshots = self.snapshots.clone();
         let current = self
             .snapshots
             .off_runtime(move || {
-                let mut data = Vec::new();
-                Ok(snapshots.export(&mut data)?.map(|meta| (meta, data)))
+                let mut out = std::io::BufWriter::with_capacity(SPOOL_BUFFER_BYTES, snapshots.spool()?);
+                let Some(meta) = snapshots.export(&mut out)? else { return Ok(None) };
+                let mut spool =
+                    out.into_inner().map_err(|e| Error::Stream { what: "write", source: e.into_error() })?;
+                spool.rewind_len()?;
+                Ok(Some((meta, spool)))
             })
             .await
             .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
-        Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+        Ok(current.map(|(meta, spool)| Snapshot { meta, snapshot: Box::new(spool.into_data()) }))
     }
 }
 
@@ -495,6 +526,10 @@ mod tests {
 
         fn import(&self, input: &mut dyn std::io::Read) -> Result<(), Error> {
             self.inner.import(input)
+        }
+
+        fn spool(&self) -> Result<crate::Spool, Error> {
+            self.inner.spool()
         }
 
         fn blocks(&self) -> bool {

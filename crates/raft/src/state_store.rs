@@ -21,6 +21,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use hookraft_core::state::history_store::{Flush, HistoryStore, MemStore};
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::disk::{LOCK_RELEASE_GRACE, LOCK_RETRY_PAUSE};
 use crate::history_store::{DEFAULT_CACHE_BYTES, RedbHistory};
+use crate::snapshot_data::Spool;
 
 /// Writes the encoded state into the writer a commit hands it.
 pub type EncodeState<'a> = &'a mut dyn FnMut(&mut dyn Write) -> Result<(), Error>;
@@ -64,6 +66,11 @@ pub trait StateStore: Send + Sync {
     /// atomically: after an error the store is as it was.
     fn import(&self, input: &mut dyn Read) -> Result<(), Error>;
 
+    /// Where a snapshot waits on its way to or from another node: an
+    /// unlinked file beside the store, or a buffer for a store in memory
+    /// (see [`crate::snapshot_data`]).
+    fn spool(&self) -> Result<Spool, Error>;
+
     /// Whether its calls can hold a thread for long (a file on a disk):
     /// then they run on blocking threads. A store in memory answers false.
     fn blocks(&self) -> bool;
@@ -75,6 +82,8 @@ pub trait StateStore: Send + Sync {
 pub const STATE_STORE_FILE: &str = "hookraft-history.redb";
 /// Where an import is written before it takes the store's place.
 const IMPORT_FILE: &str = "hookraft-history.redb.import";
+/// How a spool file's name starts; it is unlinked as soon as it is open.
+const SPOOL_PREFIX: &str = "hookraft-snapshot-spool.";
 
 /// The state store in one redb file ([`RedbHistory`]).
 pub struct RedbStateStore {
@@ -91,6 +100,7 @@ impl RedbStateStore {
     /// too): a process reopening the directory drops those first.
     pub fn open(dir: &Path) -> Result<Self, Error> {
         remove_leftover_import(dir)?;
+        remove_leftover_spools(dir)?;
         // As sled's lock, redb's outlives a store dropped a moment ago (by
         // a node stopping in this process): wait for it as sled's is.
         let mut waited = std::time::Duration::ZERO;
@@ -119,6 +129,20 @@ fn remove_leftover_import(dir: &Path) -> Result<PathBuf, Error> {
         std::fs::remove_file(&path).map_err(|source| Error::File { what: "remove", path: path.clone(), source })?;
     }
     Ok(path)
+}
+
+/// Removes the spool files a crash left between creating and unlinking
+/// one.
+fn remove_leftover_spools(dir: &Path) -> Result<(), Error> {
+    let listed =
+        std::fs::read_dir(dir).map_err(|source| Error::File { what: "list", path: dir.to_path_buf(), source })?;
+    for entry in listed.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(SPOOL_PREFIX) {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|source| Error::File { what: "remove", path, source })?;
+        }
+    }
+    Ok(())
 }
 
 impl StateStore for RedbStateStore {
@@ -155,6 +179,16 @@ impl StateStore for RedbStateStore {
         RedbHistory::replace(&self.dir.join(STATE_STORE_FILE), &incoming)?;
         *current = Arc::new(imported);
         Ok(())
+    }
+
+    fn spool(&self) -> Result<Spool, Error> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!("{SPOOL_PREFIX}{}.{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let path = self.dir.join(name);
+        let opened = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path);
+        let file = opened.map_err(|source| Error::File { what: "create", path: path.clone(), source })?;
+        std::fs::remove_file(&path).map_err(|source| Error::File { what: "remove", path, source })?;
+        Ok(Spool::File(file))
     }
 
     fn blocks(&self) -> bool {
@@ -241,7 +275,55 @@ impl StateStore for MemStateStore {
         Ok(())
     }
 
+    fn spool(&self) -> Result<Spool, Error> {
+        (self.alive)()?;
+        Ok(Spool::memory())
+    }
+
     fn blocks(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let listed = std::fs::read_dir(dir).expect("lists").flatten();
+        listed.map(|entry| entry.file_name().to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn a_spool_has_no_name_and_what_a_crash_left_of_one_is_removed_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = RedbStateStore::open(dir.path()).expect("opens");
+        let mut spool = store.spool().expect("a spool");
+        assert!(matches!(spool, Spool::File(_)));
+        spool.write_all(b"chunk").expect("writes");
+        assert_eq!(spool.rewind_len().expect("len"), 5);
+        assert!(!names(dir.path()).iter().any(|n| n.starts_with(SPOOL_PREFIX)), "unlinked once open");
+        drop((spool, store));
+
+        // A crash between creating one and unlinking it.
+        let leftover = dir.path().join(format!("{SPOOL_PREFIX}123.0"));
+        std::fs::write(&leftover, b"half a snapshot").expect("writes");
+        let other = dir.path().join("kept-by-someone-else");
+        std::fs::write(&other, b"x").expect("writes");
+        drop(RedbStateStore::open(dir.path()).expect("reopens"));
+        assert!(!leftover.exists(), "the leftover spool is removed");
+        assert!(other.exists(), "nothing else is");
+    }
+
+    #[test]
+    fn a_store_in_memory_spools_into_a_buffer_and_not_after_a_crash() {
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let check = alive.clone();
+        let store = MemStateStore::new(Arc::default(), move || {
+            if check.load(Ordering::Relaxed) { Ok(()) } else { Err(Error::Corrupt("crashed".into())) }
+        });
+        assert!(matches!(store.spool().expect("a spool"), Spool::Memory(_)));
+        alive.store(false, Ordering::Relaxed);
+        assert!(store.spool().is_err(), "a handle of a crashed disk");
     }
 }

@@ -10,7 +10,7 @@ use hookraft_core::model::{AttemptRecord, DeliveryState, Endpoint};
 use hookraft_core::retry::Decision;
 use hookraft_core::signing::Secret;
 use hookraft_core::{Command, Response};
-use hookraft_raft::{Backend, Entry, EntryPayload, LogId, MemDisk, StateMachineStore, open, open_sled};
+use hookraft_raft::{Backend, Entry, EntryPayload, LogId, MemDisk, SnapshotData, StateMachineStore, open, open_sled};
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, RaftSnapshotBuilder};
 use rand::SeedableRng;
@@ -159,12 +159,18 @@ async fn a_snapshot_moves_the_history_to_the_store_and_every_reader_sees_it_ther
     // A follower installs the snapshot: the whole store, streamed.
     let follower_dir = tempfile::tempdir().expect("tempdir");
     let (_, mut follower, follower_handle) = open_sled(follower_dir.path(), None).expect("opens");
-    let snapshot = leader.get_current_snapshot().await.expect("reads").expect("a snapshot");
-    // As openraft hands it over: written into the follower's buffer, the
-    // cursor left at its end.
-    let mut received = follower.begin_receiving_snapshot().await.expect("a buffer");
-    std::io::Write::write_all(&mut *received, snapshot.snapshot.get_ref()).expect("receives");
+    let mut snapshot = leader.get_current_snapshot().await.expect("reads").expect("a snapshot");
+    assert!(matches!(*snapshot.snapshot, SnapshotData::File(_)), "spooled through a file");
+    // As openraft hands it over: written into the follower's spool, left
+    // at its end and shut down.
+    let mut received = follower.begin_receiving_snapshot().await.expect("a spool");
+    let sent = tokio::io::copy(&mut *snapshot.snapshot, &mut *received).await.expect("receives");
+    tokio::io::AsyncWriteExt::shutdown(&mut *received).await.expect("shuts down");
+    assert!(sent > 0);
     follower.install_snapshot(&snapshot.meta, received).await.expect("installs");
+    let spools = std::fs::read_dir(follower_dir.path()).expect("lists").flatten();
+    let names: Vec<String> = spools.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|name| name.contains("spool")), "no spool file is left: {names:?}");
     assert_eq!(history_of(&follower), before, "the follower reads the leader's history from its own store");
     assert!(follower_handle.read().delivery(&more[0]).is_none(), "not what came after the snapshot");
     follower_handle.read().check_invariants().expect("invariants");
@@ -212,4 +218,52 @@ async fn a_crash_keeps_the_history_of_the_last_snapshot_and_replicas_agree() {
         again.finished(&mut replica, count).await;
     }
     assert_eq!(*replica.handle().read(), *handle.read(), "replicas hold the same state and history");
+}
+
+/// openraft 0.9 purges the log and commits as of a received snapshot the
+/// moment its last chunk arrives, while the state machine is still
+/// installing it. A crash then must leave a node that starts: its log
+/// neither purged past its own snapshot nor committed past its entries.
+#[tokio::test]
+async fn a_crash_while_a_received_snapshot_installs_leaves_a_log_the_state_can_start_from() {
+    use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt};
+
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let (_, mut leader, _) = open_sled(leader_dir.path(), None).expect("opens");
+    let mut feed = Feeder::new(4);
+    feed.endpoint(&mut leader).await;
+    feed.finished(&mut leader, 20).await;
+    leader.get_snapshot_builder().await.build_snapshot().await.expect("builds");
+    let mut snapshot = leader.get_current_snapshot().await.expect("reads").expect("a snapshot");
+    let last = snapshot.meta.last_log_id.expect("a last log id");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut log, mut follower, _) = open_sled(dir.path(), None).expect("opens");
+        // Its own log and commit before the snapshot arrives.
+        let own = Entry { log_id: log_id(1), payload: EntryPayload::Blank };
+        log.blocking_append([own]).await.expect("appends");
+        log.save_committed(Some(log_id(1))).await.expect("commits");
+        let mut received = follower.begin_receiving_snapshot().await.expect("a spool");
+        tokio::io::copy(&mut *snapshot.snapshot, &mut *received).await.expect("receives");
+        // openraft's core, before the install: commit and purge as of it.
+        log.save_committed(Some(last)).await.expect("commits");
+        log.purge(last).await.expect("purges");
+        // The crash: the install never ran.
+    }
+    let (mut log, mut follower, _) = open_sled(dir.path(), None).expect("reopens");
+    let (applied, _) = follower.applied_state().await.expect("applied");
+    let state = log.get_log_state().await.expect("log state");
+    assert_eq!(applied, None, "the state is as it was");
+    assert_eq!(state.last_purged_log_id, None, "the purge waited for the install");
+    assert_eq!(log.read_committed().await.expect("committed"), Some(log_id(1)), "the commit its log backs");
+    assert_eq!(log.try_get_log_entries(1..2).await.expect("reads").len(), 1, "its own entry stays");
+
+    // Installed, the hold ends: the next purge goes through.
+    let mut received = follower.begin_receiving_snapshot().await.expect("a spool");
+    let mut again = leader.get_current_snapshot().await.expect("reads").expect("a snapshot");
+    tokio::io::copy(&mut *again.snapshot, &mut *received).await.expect("receives");
+    follower.install_snapshot(&again.meta, received).await.expect("installs");
+    log.purge(last).await.expect("purges");
+    assert_eq!(log.get_log_state().await.expect("log state").last_purged_log_id, Some(last));
 }

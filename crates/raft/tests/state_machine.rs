@@ -60,14 +60,16 @@ async fn snapshot_installed_on_another_store_survives_its_reopen() {
     let built = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
     assert_eq!(built.meta.snapshot_id, "1-4-1");
     // The built snapshot went straight to its file; followers are sent the file.
-    let snapshot = leader.get_current_snapshot().await.expect("read").expect("a current snapshot");
+    let mut snapshot = leader.get_current_snapshot().await.expect("read").expect("a current snapshot");
     assert_eq!(snapshot.meta, built.meta);
 
     let follower_log = Arc::new(TokenLog::default());
     {
         let (_, mut follower, follower_state) =
             open_sled(follower_dir.path(), Some(follower_log.clone())).expect("open");
-        follower.install_snapshot(&snapshot.meta, snapshot.snapshot.clone()).await.expect("install");
+        let mut received = follower.begin_receiving_snapshot().await.expect("a spool");
+        tokio::io::copy(&mut *snapshot.snapshot, &mut *received).await.expect("receive");
+        follower.install_snapshot(&snapshot.meta, received).await.expect("install");
         assert_eq!(*follower_state.read(), *leader_state.read());
         assert_eq!(*follower_log.installed.lock().expect("lock"), vec![2]);
     }

@@ -52,12 +52,16 @@
 //! a fresh node without history and judges the RSS with it against
 //! without (within 1.2x) and each kind's read p99 (under 5 ms), PASS or
 //! FAIL like the soak; with `--json` its report is a second JSON document.
+//! `--join` (`join.rs`) then adds a new node, which is sent the history
+//! as a snapshot: the time until it caught up, the snapshot's size, the
+//! import's time and the new node's extra RSS (bound: 1 GiB).
 //!
 //! ```text
 //! cargo build --release -p hookraft -p hookraft-tests
 //! target/release/hookraft-bench --scenario throughput,isolation --nodes 1
 //! target/release/hookraft-bench --scenario soak --rate 2000 --duration 10m
 //! target/release/hookraft-bench --scenario history --history 20000000 --compare-empty
+//! target/release/hookraft-bench --scenario history --history 160000 --payload-bytes 65536 --join
 //! ```
 //!
 //! It prints figures; it fails (exit 1) only when an expected delivery never
@@ -79,10 +83,14 @@ mod history;
 mod http1;
 #[path = "hookraft_bench/inbound.rs"]
 mod inbound;
+#[path = "hookraft_bench/join.rs"]
+mod join;
 #[path = "hookraft_bench/load.rs"]
 mod load;
 #[path = "hookraft_bench/ordered.rs"]
 mod ordered;
+#[path = "hookraft_bench/preload.rs"]
+mod preload;
 #[path = "hookraft_bench/procstat.rs"]
 mod procstat;
 #[path = "hookraft_bench/report.rs"]
@@ -204,6 +212,10 @@ struct Args {
     /// without history, and judge the memory of one against the other.
     #[arg(long)]
     compare_empty: bool,
+    /// Of `--scenario history`: once the steady phase is over, add a new
+    /// node, which installs the history as a snapshot, and measure it.
+    #[arg(long)]
+    join: bool,
 }
 
 impl Args {
@@ -259,6 +271,7 @@ impl Args {
             connections: self.connections,
             payload_bytes: self.payload_bytes,
             compare_empty: self.compare_empty,
+            join: self.join,
             delivery_deadline: Duration::from_secs(self.delivery_deadline_s),
             node_args: self.node_args(),
         }
@@ -299,8 +312,8 @@ async fn main() -> Result<ExitCode> {
     );
     ensure!(soaks || histories || args.duration.is_none(), "--duration is for --scenario soak or history");
     ensure!(
-        histories || (args.history.is_none() && !args.compare_empty),
-        "--history and --compare-empty are for --scenario history"
+        histories || (args.history.is_none() && !args.compare_empty && !args.join),
+        "--history, --compare-empty and --join are for --scenario history"
     );
     ensure!(!histories || args.nodes == 1, "--scenario history runs one node");
     ensure!(

@@ -31,6 +31,15 @@ impl Deployment {
         }
     }
 
+    /// One node as a cluster of one, which another can join.
+    pub async fn joinable(bin: &PathBuf, node_args: Vec<String>) -> Self {
+        let node = NodeOptions::default().binary(bin).args(node_args);
+        let options = ClusterOptions { size: 1, node, lease_ms: PRODUCTION_LEASE_MS, ..Default::default() };
+        let cluster = TestCluster::start_with(options).await;
+        cluster.wait_settled().await;
+        Deployment::Cluster(cluster)
+    }
+
     /// `/v1/events` of every node.
     pub fn event_urls(&self) -> Vec<String> {
         self.urls("/v1/events")

@@ -19,17 +19,17 @@
 //! Pure pieces (the generator, the reservoir, reading a batch's answer,
 //! the verdicts) at the top; the phases that drive the node below.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hookraft_tests::register_endpoint;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::deployment::Deployment;
 use crate::fleet::Fleet;
-use crate::load::{self, Connection, Load, Progress};
+use crate::load::{self, Load, Progress};
 use crate::report::{Quantiles, micros};
 use crate::scenario::Scenario;
 
@@ -38,11 +38,6 @@ pub const HISTORY_DEFAULT: usize = 1_000_000;
 /// The steady phase without `--rate` or `--duration`.
 pub const RATE_DEFAULT: f64 = 1_000.0;
 pub const DURATION_DEFAULT: Duration = Duration::from_secs(120);
-/// Events per preload request: the node's batch limit.
-const PRELOAD_BATCH: usize = 1_000;
-/// Concurrent preload requests: enough to keep the node's log busy, few
-/// enough that a thousand-event batch is not waiting behind many others.
-const PRELOAD_CONNECTIONS: usize = 4;
 /// Preloaded (event, delivery) ids the reader draws from.
 pub const SAMPLE_IDS: usize = 100_000;
 /// Reads per second of the steady phase, alternating events and deliveries.
@@ -53,8 +48,6 @@ pub const RSS_RATIO_BOUND: f64 = 1.2;
 pub const READ_P99_BOUND_MS: f64 = 5.0;
 /// How long a read may take before it counts as failed.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Failed preload requests printed at most.
-const FAILURES_PRINTED_MAX: u64 = 3;
 
 /// A small deterministic generator (splitmix64): the reservoir and the
 /// reader need uniform picks, not secrecy, and a seed makes a run's
@@ -117,43 +110,6 @@ impl<T> Reservoir<T> {
     pub fn into_items(self) -> Vec<T> {
         self.items
     }
-}
-
-#[derive(Deserialize)]
-struct BatchAnswer {
-    events: Vec<EventAnswer>,
-}
-
-#[derive(Deserialize)]
-struct EventAnswer {
-    status: u16,
-    id: Option<String>,
-    #[serde(default)]
-    deliveries: Vec<DeliveryAnswer>,
-}
-
-#[derive(Deserialize)]
-struct DeliveryAnswer {
-    id: String,
-}
-
-/// The (event id, delivery id) of each event of a batch's 202 answer, in
-/// the order sent; an error unless all `count` were created with one
-/// delivery each.
-pub fn batch_ids(body: &[u8], count: usize) -> Result<Vec<(String, String)>, String> {
-    let answer: BatchAnswer = serde_json::from_slice(body).map_err(|e| format!("unreadable 202 body: {e}"))?;
-    if answer.events.len() != count {
-        return Err(format!("{} results for {count} events", answer.events.len()));
-    }
-    answer
-        .events
-        .into_iter()
-        .map(|event| match (event.status, event.id, event.deliveries.as_slice()) {
-            (202, Some(id), [delivery]) => Ok((id, delivery.id.clone())),
-            (202, Some(id), deliveries) => Err(format!("event {id} made {} deliveries, not 1", deliveries.len())),
-            (status, _, _) => Err(format!("an event of the batch answered {status}")),
-        })
-        .collect()
 }
 
 /// A figure against its bound.
@@ -239,6 +195,9 @@ pub struct HistoryFigures {
     pub rss_ratio: Option<Judged>,
     pub event_read_p99: Judged,
     pub delivery_read_p99: Judged,
+    /// A new node joined and installed the history (`--join`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join: Option<crate::join::Joined>,
 }
 
 impl HistoryFigures {
@@ -249,6 +208,7 @@ impl HistoryFigures {
 }
 
 /// What a history run does.
+#[derive(Clone)]
 pub struct Plan {
     pub history: usize,
     pub rate: f64,
@@ -256,6 +216,9 @@ pub struct Plan {
     pub connections: usize,
     pub payload_bytes: usize,
     pub compare_empty: bool,
+    /// Once the steady phase is over, a new node joins and installs the
+    /// history ([`crate::join`]).
+    pub join: bool,
     pub delivery_deadline: Duration,
     pub node_args: Vec<String>,
 }
@@ -264,10 +227,10 @@ pub struct Plan {
 /// phase without.
 pub async fn run(plan: &Plan, bin: &std::path::PathBuf) -> Result<HistoryFigures> {
     eprintln!("== history: {} finished deliveries, then {} events/s for {:?}", plan.history, plan.rate, plan.duration);
-    let (preload, steady) = phase(plan, bin, plan.history).await?;
+    let (preload, steady, join) = phase(plan, bin, plan.history).await?;
     let empty = if plan.compare_empty && plan.history > 0 {
         eprintln!("== history: the same steady phase on a node without history");
-        Some(phase(plan, bin, 0).await?.1)
+        Some(phase(&Plan { join: false, ..plan.clone() }, bin, 0).await?.1)
     } else {
         None
     };
@@ -282,14 +245,24 @@ pub async fn run(plan: &Plan, bin: &std::path::PathBuf) -> Result<HistoryFigures
         steady,
         empty,
         rss_ratio,
+        join,
     })
 }
 
-/// One fresh node: `history` finished deliveries, then the steady phase.
-async fn phase(plan: &Plan, bin: &std::path::PathBuf, history: usize) -> Result<(Option<Preload>, Steady)> {
+/// One fresh node: `history` finished deliveries, the steady phase, then
+/// a node joining if the plan says so.
+async fn phase(
+    plan: &Plan,
+    bin: &std::path::PathBuf,
+    history: usize,
+) -> Result<(Option<Preload>, Steady, Option<crate::join::Joined>)> {
     crate::write_back_dirty_pages().await;
     let scenario = Scenario::History;
-    let deployment = Deployment::start(1, bin, plan.node_args.clone()).await;
+    let mut deployment = if plan.join {
+        Deployment::joinable(bin, plan.node_args.clone()).await
+    } else {
+        Deployment::start(1, bin, plan.node_args.clone()).await
+    };
     let origin = Instant::now();
     let steady_events = crate::soak::events_for(plan.rate, plan.duration);
     let (fleet, fleet_url) = Fleet::start(origin, history + steady_events).await?;
@@ -309,9 +282,9 @@ async fn phase(plan: &Plan, bin: &std::path::PathBuf, history: usize) -> Result<
         let url = format!("{}/batch", deployment.event_urls()[0]);
         let started = Instant::now();
         let (ids, accepted, not_accepted) =
-            preload_history(&url, history, plan.payload_bytes, origin, &progress).await?;
+            crate::preload::preload_history(&url, history, plan.payload_bytes, origin, &progress).await?;
         let ingest_s = started.elapsed().as_secs_f64();
-        wait_until_finished(&deployment, &fleet, accepted, plan.delivery_deadline).await;
+        crate::preload::wait_until_finished(&deployment, &fleet, accepted, plan.delivery_deadline).await;
         let delivered_s = started.elapsed().as_secs_f64();
         let preload = Preload {
             requested: history,
@@ -373,83 +346,14 @@ async fn phase(plan: &Plan, bin: &std::path::PathBuf, history: usize) -> Result<
         event_reads,
         delivery_reads,
     };
-    Ok((preload, steady))
-}
-
-/// Posts `total` events in batches over [`PRELOAD_CONNECTIONS`]
-/// connections as fast as the node answers; returns a sample of their
-/// (event, delivery) ids, the events accepted and those not.
-async fn preload_history(
-    url: &str,
-    total: usize,
-    payload_bytes: usize,
-    origin: Instant,
-    progress: &Arc<Progress>,
-) -> Result<(Vec<(String, String)>, usize, u64)> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let sample = Arc::new(Mutex::new(Reservoir::new(SAMPLE_IDS, 0x4849_5354)));
-    let failed = Arc::new(AtomicU64::new(0));
-    let event_type = Scenario::History.event_type();
-    let mut tasks = Vec::new();
-    for _ in 0..PRELOAD_CONNECTIONS {
-        let mut client = Connection::to(url).with_context(|| format!("cannot post to {url}"))?;
-        let (next, sample, failed, progress) = (next.clone(), sample.clone(), failed.clone(), progress.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let first = next.fetch_add(PRELOAD_BATCH, Ordering::Relaxed);
-                if first >= total {
-                    return;
-                }
-                let indexes = first..(first + PRELOAD_BATCH).min(total);
-                let count = indexes.len();
-                let sent = Instant::now();
-                let sent_ns = u64::try_from(sent.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
-                let bodies: Vec<String> =
-                    indexes.map(|i| load::event_body(&event_type(i), None, sent_ns, payload_bytes)).collect();
-                let body = format!("{{\"events\":[{}]}}", bodies.join(","));
-                let why = match client.post(body.as_bytes()).await {
-                    Ok((202, answer)) => match batch_ids(&answer, count) {
-                        Ok(ids) => {
-                            progress.accepted.fetch_add(count as u64, Ordering::Relaxed);
-                            progress.answered(sent.elapsed());
-                            let mut sample = sample.lock().unwrap_or_else(PoisonError::into_inner);
-                            ids.into_iter().for_each(|pair| sample.offer(pair));
-                            continue;
-                        }
-                        Err(why) => why,
-                    },
-                    Ok((status, answer)) => format!("{status} {}", String::from_utf8_lossy(&answer)),
-                    Err(error) => error,
-                };
-                progress.failed.fetch_add(count as u64, Ordering::Relaxed);
-                if failed.fetch_add(1, Ordering::Relaxed) < FAILURES_PRINTED_MAX {
-                    eprintln!("preload events {first}.. not accepted: {why}");
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.context("a preload task panicked")?;
-    }
-    let sample = Arc::try_unwrap(sample).map_err(|_| anyhow::anyhow!("the preload sample is still shared"))?;
-    let sample = sample.into_inner().unwrap_or_else(PoisonError::into_inner);
-    let accepted = usize::try_from(sample.seen()).unwrap_or(usize::MAX);
-    let not_accepted = total.saturating_sub(accepted) as u64;
-    Ok((sample.into_items(), accepted, not_accepted))
-}
-
-/// Waits until the fleet has every one of `accepted` deliveries and the
-/// node counts none pending (its record of each attempt follows the
-/// answer), or `deadline` passes.
-async fn wait_until_finished(deployment: &Deployment, fleet: &Fleet, accepted: usize, deadline: Duration) {
-    let started = Instant::now();
-    while started.elapsed() < deadline {
-        if fleet.distinct() >= accepted && deployment.metric_sum("hookraft_pending_deliveries").await == Some(0.0) {
-            return;
+    let join = match &mut deployment {
+        Deployment::Cluster(cluster) if plan.join => {
+            eprintln!("== history: a new node joins and installs the history");
+            Some(crate::join::join(cluster).await?)
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    eprintln!("   (the preload was not all finished within {} s)", deadline.as_secs());
+        _ => None,
+    };
+    Ok((preload, steady, join))
 }
 
 /// Issues `reads` reads at [`READS_PER_S`], alternating an event and a
@@ -513,6 +417,9 @@ pub fn render(figures: &HistoryFigures) -> String {
         );
     }
     render_steady("steady", &figures.steady, &mut out);
+    if let Some(joined) = &figures.join {
+        out.push_str(&crate::join::render(joined));
+    }
     if let Some(empty) = &figures.empty {
         render_steady("no history", empty, &mut out);
     }
@@ -600,20 +507,6 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 1_000, "no item kept twice");
-    }
-
-    #[test]
-    fn a_batch_answer_gives_each_event_and_its_delivery() {
-        let body = br#"{"events":[
-            {"status":202,"id":"evt_a","type":"bench.0","deliveries":[{"id":"dlv_a","endpoint_id":"ep_0","state":"pending"}]},
-            {"status":202,"id":"evt_b","type":"bench.1","deliveries":[{"id":"dlv_b","endpoint_id":"ep_1","state":"pending"}]}]}"#;
-        assert_eq!(batch_ids(body, 2), Ok(vec![("evt_a".into(), "dlv_a".into()), ("evt_b".into(), "dlv_b".into())]));
-        assert!(batch_ids(body, 3).is_err(), "a result missing");
-        let unrouted = br#"{"events":[{"status":202,"id":"evt_a","type":"x","deliveries":[]}]}"#;
-        assert!(batch_ids(unrouted, 1).is_err(), "an event without its delivery");
-        let refused = br#"{"events":[{"status":422,"detail":"bad"}]}"#;
-        assert!(batch_ids(refused, 1).is_err());
-        assert!(batch_ids(b"not json", 1).is_err());
     }
 
     #[test]

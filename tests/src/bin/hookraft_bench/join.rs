@@ -1,0 +1,111 @@
+//! `--scenario history --join`: once the history is kept, a new node joins
+//! the node that keeps it and is sent its snapshot (issue 34: a snapshot
+//! of a large history is built and installed on a new node with the
+//! node's RSS under 1 GB extra; the time to install reported).
+//!
+//! The new node is started, left to settle, then added through
+//! `POST /v1/cluster/nodes`, which answers once it caught up. Both nodes'
+//! memory is sampled every [`SAMPLE_EVERY`] meanwhile; the new node's log
+//! says how large the snapshot it installed was and how long the import
+//! took.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use hookraft_tests::TestCluster;
+use serde::Serialize;
+
+use crate::soak::snapshot_line;
+
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How long the new node runs before it is added: its memory at rest.
+const SETTLE: Duration = Duration::from_secs(2);
+/// The joining node's id.
+const NEW_NODE: u64 = 2;
+/// Issue 34's bound on what installing costs the new node.
+pub const EXTRA_RSS_BOUND_MIB: f64 = 1024.0;
+
+/// What joining cost, as measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Joined {
+    /// From the add request to its answer (the new node caught up).
+    pub caught_up_s: f64,
+    /// The snapshots the new node installed, as its log says: bytes
+    /// streamed, and how long importing and decoding took.
+    pub installed_bytes: Vec<u64>,
+    pub import_ms: Vec<u64>,
+    /// The new node's RSS before it was added, its peak while it caught
+    /// up, and the difference, judged against [`EXTRA_RSS_BOUND_MIB`].
+    pub new_rss_before_mib: f64,
+    pub new_rss_peak_mib: f64,
+    pub new_rss_extra_mib: f64,
+    pub pass: bool,
+    /// The node that sent it: its RSS before and its peak meanwhile.
+    pub sender_rss_before_mib: f64,
+    pub sender_rss_peak_mib: f64,
+}
+
+fn rss_mib(pid: Option<u32>) -> f64 {
+    pid.and_then(crate::procstat::sample).map_or(0.0, |s| s.rss_bytes as f64 / crate::MIB)
+}
+
+/// Adds node [`NEW_NODE`] to the one-node `cluster` and measures it.
+pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
+    let sender_pid = cluster.node(1).pid();
+    cluster.launch_joining_node(NEW_NODE);
+    tokio::time::sleep(SETTLE).await;
+    let new_pid = cluster.node(NEW_NODE).pid();
+    let (new_before, sender_before) = (rss_mib(new_pid), rss_mib(sender_pid));
+    let add = serde_json::json!({"id": NEW_NODE, "addr": cluster.addr(NEW_NODE)});
+    let request = cluster.node(1).request(reqwest::Method::POST, "/v1/cluster/nodes").json(&add);
+    let started = Instant::now();
+    let mut adding = tokio::spawn(request.send());
+    let (mut new_peak, mut sender_peak) = (new_before, sender_before);
+    let answer = loop {
+        tokio::select! {
+            answer = &mut adding => break answer.context("the add request panicked")?,
+            () = tokio::time::sleep(SAMPLE_EVERY) => {
+                new_peak = new_peak.max(rss_mib(new_pid));
+                sender_peak = sender_peak.max(rss_mib(sender_pid));
+            }
+        }
+    };
+    let caught_up_s = started.elapsed().as_secs_f64();
+    let answer = answer.context("the add request failed")?;
+    if !answer.status().is_success() {
+        bail!("adding node {NEW_NODE} answered {}: {}", answer.status(), answer.text().await.unwrap_or_default());
+    }
+    cluster.node_mut(NEW_NODE).wait_until_ready().await;
+    let log = std::fs::read_to_string(cluster.node(NEW_NODE).log_path()).context("the new node's log")?;
+    let installed: Vec<_> = log.lines().filter_map(snapshot_line).filter(|s| s.kind == "installed").collect();
+    let extra = new_peak - new_before;
+    Ok(Joined {
+        caught_up_s,
+        installed_bytes: installed.iter().map(|s| s.bytes).collect(),
+        import_ms: installed.iter().filter_map(|s| s.total_ms).collect(),
+        new_rss_before_mib: new_before,
+        new_rss_peak_mib: new_peak,
+        new_rss_extra_mib: extra,
+        pass: extra < EXTRA_RSS_BOUND_MIB && !installed.is_empty(),
+        sender_rss_before_mib: sender_before,
+        sender_rss_peak_mib: sender_peak,
+    })
+}
+
+/// One line for a human.
+pub fn render(joined: &Joined) -> String {
+    let gib = |bytes: &u64| format!("{:.2} GiB", *bytes as f64 / crate::MIB / 1024.0);
+    format!(
+        "  join:      a new node caught up in {:.1} s; installed {} (import {:?} ms); its RSS {:.0} -> peak {:.0} MiB (+{:.0} MiB, bound {:.0}: {}); the sender's {:.0} -> peak {:.0} MiB\n",
+        joined.caught_up_s,
+        joined.installed_bytes.iter().map(gib).collect::<Vec<_>>().join(", "),
+        joined.import_ms,
+        joined.new_rss_before_mib,
+        joined.new_rss_peak_mib,
+        joined.new_rss_extra_mib,
+        EXTRA_RSS_BOUND_MIB,
+        if joined.pass { "PASS" } else { "FAIL" },
+        joined.sender_rss_before_mib,
+        joined.sender_rss_peak_mib,
+    )
+}

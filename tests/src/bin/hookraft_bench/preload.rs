@@ -1,0 +1,175 @@
+//! The history scenario's preload: finished deliveries posted in batches
+//! as fast as the node takes them, a sample of their ids kept for reads.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::deployment::Deployment;
+use crate::fleet::Fleet;
+use crate::history::{Reservoir, SAMPLE_IDS};
+use crate::load::{self, Connection, Progress};
+use crate::scenario::Scenario;
+
+/// Events per preload request at most: the node's batch limit.
+const PRELOAD_BATCH_MAX: usize = 1_000;
+/// What a preload request's body stays under: the node's body limit
+/// (1 MiB) less room for the batch's framing.
+const PRELOAD_BODY_BYTES: usize = 1_000_000;
+/// An event's body beyond its payload: its type, its send time, quoting.
+const EVENT_OVERHEAD_BYTES: usize = 100;
+/// Concurrent preload requests: enough to keep the node's log busy, few
+/// enough that a thousand-event batch is not waiting behind many others.
+const PRELOAD_CONNECTIONS: usize = 4;
+/// Failed preload requests printed at most.
+const FAILURES_PRINTED_MAX: u64 = 3;
+
+/// Events per preload request: as many as fit the node's body limit, up
+/// to its batch limit.
+pub fn preload_batch(payload_bytes: usize) -> usize {
+    (PRELOAD_BODY_BYTES / (payload_bytes + EVENT_OVERHEAD_BYTES)).clamp(1, PRELOAD_BATCH_MAX)
+}
+
+#[derive(Deserialize)]
+struct BatchAnswer {
+    events: Vec<EventAnswer>,
+}
+
+#[derive(Deserialize)]
+struct EventAnswer {
+    status: u16,
+    id: Option<String>,
+    #[serde(default)]
+    deliveries: Vec<DeliveryAnswer>,
+}
+
+#[derive(Deserialize)]
+struct DeliveryAnswer {
+    id: String,
+}
+
+/// The (event id, delivery id) of each event of a batch's 202 answer, in
+/// the order sent; an error unless all `count` were created with one
+/// delivery each.
+pub fn batch_ids(body: &[u8], count: usize) -> Result<Vec<(String, String)>, String> {
+    let answer: BatchAnswer = serde_json::from_slice(body).map_err(|e| format!("unreadable 202 body: {e}"))?;
+    if answer.events.len() != count {
+        return Err(format!("{} results for {count} events", answer.events.len()));
+    }
+    answer
+        .events
+        .into_iter()
+        .map(|event| match (event.status, event.id, event.deliveries.as_slice()) {
+            (202, Some(id), [delivery]) => Ok((id, delivery.id.clone())),
+            (202, Some(id), deliveries) => Err(format!("event {id} made {} deliveries, not 1", deliveries.len())),
+            (status, _, _) => Err(format!("an event of the batch answered {status}")),
+        })
+        .collect()
+}
+
+/// Posts `total` events in batches ([`preload_batch`]) over [`PRELOAD_CONNECTIONS`]
+/// connections as fast as the node answers; returns a sample of their
+/// (event, delivery) ids, the events accepted and those not.
+pub async fn preload_history(
+    url: &str,
+    total: usize,
+    payload_bytes: usize,
+    origin: Instant,
+    progress: &Arc<Progress>,
+) -> Result<(Vec<(String, String)>, usize, u64)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let sample = Arc::new(Mutex::new(Reservoir::new(SAMPLE_IDS, 0x4849_5354)));
+    let failed = Arc::new(AtomicU64::new(0));
+    let event_type = Scenario::History.event_type();
+    let batch = preload_batch(payload_bytes);
+    let mut tasks = Vec::new();
+    for _ in 0..PRELOAD_CONNECTIONS {
+        let mut client = Connection::to(url).with_context(|| format!("cannot post to {url}"))?;
+        let (next, sample, failed, progress) = (next.clone(), sample.clone(), failed.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(batch, Ordering::Relaxed);
+                if first >= total {
+                    return;
+                }
+                let indexes = first..(first + batch).min(total);
+                let count = indexes.len();
+                let sent = Instant::now();
+                let sent_ns = u64::try_from(sent.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
+                let bodies: Vec<String> =
+                    indexes.map(|i| load::event_body(&event_type(i), None, sent_ns, payload_bytes)).collect();
+                let body = format!("{{\"events\":[{}]}}", bodies.join(","));
+                let why = match client.post(body.as_bytes()).await {
+                    Ok((202, answer)) => match batch_ids(&answer, count) {
+                        Ok(ids) => {
+                            progress.accepted.fetch_add(count as u64, Ordering::Relaxed);
+                            progress.answered(sent.elapsed());
+                            let mut sample = sample.lock().unwrap_or_else(PoisonError::into_inner);
+                            ids.into_iter().for_each(|pair| sample.offer(pair));
+                            continue;
+                        }
+                        Err(why) => why,
+                    },
+                    Ok((status, answer)) => format!("{status} {}", String::from_utf8_lossy(&answer)),
+                    Err(error) => error,
+                };
+                progress.failed.fetch_add(count as u64, Ordering::Relaxed);
+                if failed.fetch_add(1, Ordering::Relaxed) < FAILURES_PRINTED_MAX {
+                    eprintln!("preload events {first}.. not accepted: {why}");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.context("a preload task panicked")?;
+    }
+    let sample = Arc::try_unwrap(sample).map_err(|_| anyhow::anyhow!("the preload sample is still shared"))?;
+    let sample = sample.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let accepted = usize::try_from(sample.seen()).unwrap_or(usize::MAX);
+    let not_accepted = total.saturating_sub(accepted) as u64;
+    Ok((sample.into_items(), accepted, not_accepted))
+}
+
+/// Waits until the fleet has every one of `accepted` deliveries and the
+/// node counts none pending (its record of each attempt follows the
+/// answer), or `deadline` passes.
+pub async fn wait_until_finished(deployment: &Deployment, fleet: &Fleet, accepted: usize, deadline: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < deadline {
+        if fleet.distinct() >= accepted && deployment.metric_sum("hookraft_pending_deliveries").await == Some(0.0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("   (the preload was not all finished within {} s)", deadline.as_secs());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_answer_gives_each_event_and_its_delivery() {
+        let body = br#"{"events":[
+            {"status":202,"id":"evt_a","type":"bench.0","deliveries":[{"id":"dlv_a","endpoint_id":"ep_0","state":"pending"}]},
+            {"status":202,"id":"evt_b","type":"bench.1","deliveries":[{"id":"dlv_b","endpoint_id":"ep_1","state":"pending"}]}]}"#;
+        assert_eq!(batch_ids(body, 2), Ok(vec![("evt_a".into(), "dlv_a".into()), ("evt_b".into(), "dlv_b".into())]));
+        assert!(batch_ids(body, 3).is_err(), "a result missing");
+        let unrouted = br#"{"events":[{"status":202,"id":"evt_a","type":"x","deliveries":[]}]}"#;
+        assert!(batch_ids(unrouted, 1).is_err(), "an event without its delivery");
+        let refused = br#"{"events":[{"status":422,"detail":"bad"}]}"#;
+        assert!(batch_ids(refused, 1).is_err());
+        assert!(batch_ids(b"not json", 1).is_err());
+    }
+
+    #[test]
+    fn a_batch_fits_the_body_limit_and_the_batch_limit() {
+        assert_eq!(preload_batch(200), PRELOAD_BATCH_MAX);
+        assert_eq!(preload_batch(65_536), 15);
+        assert!(preload_batch(65_536) * (65_536 + EVENT_OVERHEAD_BYTES) <= PRELOAD_BODY_BYTES);
+        assert_eq!(preload_batch(2_000_000), 1, "one event at least");
+    }
+}
