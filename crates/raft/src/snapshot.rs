@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::background::{self, Pace};
 use crate::codec::{decode, encode, encode_into};
 use crate::disk::{Batch, Disk, FileSlot, KvTree};
-use crate::state_store::StateStore;
+use crate::state_store::{PinnedExport, StateStore};
 use hookraft_core::state::history_store::{Flush, HistoryStore};
 use hookraft_core::state::{ClusterStateV1, ClusterStateV2, ClusterStateV3, ClusterStateV4};
 
@@ -268,10 +268,15 @@ impl SnapshotStore {
         self.store.commit(flush, &meta_bytes, &mut encode_state)
     }
 
-    /// Writes the last commit as one stream; returns its metadata.
-    pub(crate) fn export(&self, out: &mut dyn std::io::Write) -> Result<Option<SnapshotMeta>, Error> {
-        let Some((meta, _)) = self.store.export(out)? else { return Ok(None) };
-        Ok(Some(decode("snapshot metadata", &meta)?))
+    /// The last commit, pinned for an export later, and its metadata.
+    pub(crate) fn pin_export(&self) -> Result<Option<(SnapshotMeta, PinnedExport)>, Error> {
+        let Some(pinned) = self.store.pin_export()? else { return Ok(None) };
+        Ok(Some((decode("snapshot metadata", &pinned.meta)?, pinned)))
+    }
+
+    /// Whether the store is on a disk (see [`StateStore::blocks`]).
+    pub(crate) fn blocks(&self) -> bool {
+        self.store.blocks()
     }
 
     /// Replaces the store by a stream another node exported.

@@ -395,24 +395,30 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(())
     }
 
-    /// Exports the state store's last commit into a spool of its own (a
-    /// file for a store on disk, written on a blocking thread), which
-    /// openraft reads a chunk at a time to send to a follower.
+    /// The state store's last commit, pinned, to be exported into a spool
+    /// of its own (a file for a store on disk, written on a blocking
+    /// thread) when openraft first reads it, a chunk at a time, to send it
+    /// to a follower. openraft also asks at every start, for the metadata
+    /// alone: then nothing is exported.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         let snapshots = self.snapshots.clone();
-        let current = self
-            .snapshots
-            .off_runtime(move || {
-                let mut out = std::io::BufWriter::with_capacity(SPOOL_BUFFER_BYTES, snapshots.spool()?);
-                let Some(meta) = snapshots.export(&mut out)? else { return Ok(None) };
-                let mut spool =
-                    out.into_inner().map_err(|e| Error::Stream { what: "write", source: e.into_error() })?;
-                spool.rewind_len()?;
-                Ok(Some((meta, spool)))
-            })
-            .await
-            .map_err(|e| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read))?;
-        Ok(current.map(|(meta, spool)| Snapshot { meta, snapshot: Box::new(spool.into_data()) }))
+        let read_error = |e: Error| e.storage(ErrorSubject::Snapshot(None), ErrorVerb::Read);
+        let pinned = self.snapshots.off_runtime(move || snapshots.pin_export()).await.map_err(read_error)?;
+        let Some((meta, pinned)) = pinned else { return Ok(None) };
+        let snapshots = self.snapshots.clone();
+        let export = move || {
+            let mut out = std::io::BufWriter::with_capacity(SPOOL_BUFFER_BYTES, snapshots.spool()?);
+            pinned.write_to(&mut out)?;
+            let mut spool = out.into_inner().map_err(|e| Error::Stream { what: "write", source: e.into_error() })?;
+            spool.rewind_len()?;
+            Ok(spool)
+        };
+        let data = if self.snapshots.blocks() {
+            SnapshotData::exported_on_read(export)
+        } else {
+            export().map_err(read_error)?.into_data()
+        };
+        Ok(Some(Snapshot { meta, snapshot: Box::new(data) }))
     }
 }
 
@@ -520,8 +526,8 @@ mod tests {
             self.inner.commit(flush, meta, encode)
         }
 
-        fn export(&self, out: &mut dyn std::io::Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
-            self.inner.export(out)
+        fn pin_export(&self) -> Result<Option<crate::state_store::PinnedExport>, Error> {
+            self.inner.pin_export()
         }
 
         fn import(&self, input: &mut dyn std::io::Read) -> Result<(), Error> {

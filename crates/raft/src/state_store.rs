@@ -57,10 +57,19 @@ pub trait StateStore: Send + Sync {
     /// metadata by `meta`, in one durable commit. Returns the state's bytes.
     fn commit(&self, flush: &Flush, meta: &[u8], encode: EncodeState<'_>) -> Result<u64, Error>;
 
+    /// The last commit, pinned (`None` before the first): its metadata
+    /// now, its stream whenever [`PinnedExport::write_to`] is called, the
+    /// same commit however many come meanwhile.
+    fn pin_export(&self) -> Result<Option<PinnedExport>, Error>;
+
     /// Writes the last commit to `out` as one stream; returns its
     /// metadata (`None` before the first commit: nothing is written) and
     /// the bytes written.
-    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error>;
+    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
+        let Some(pinned) = self.pin_export()? else { return Ok(None) };
+        let meta = pinned.meta.clone();
+        Ok(Some((meta, pinned.write_to(out)?)))
+    }
 
     /// Replaces the whole store by a stream [`export`](Self::export) wrote,
     /// atomically: after an error the store is as it was.
@@ -74,6 +83,33 @@ pub trait StateStore: Send + Sync {
     /// Whether its calls can hold a thread for long (a file on a disk):
     /// then they run on blocking threads. A store in memory answers false.
     fn blocks(&self) -> bool;
+}
+
+/// One commit of a [`StateStore`], held for an export: its metadata, and
+/// what writes its stream.
+pub struct PinnedExport {
+    pub meta: Vec<u8>,
+    write: Box<dyn FnOnce(&mut dyn Write) -> Result<u64, Error> + Send + Sync>,
+}
+
+impl PinnedExport {
+    pub fn new(
+        meta: Vec<u8>,
+        write: impl FnOnce(&mut dyn Write) -> Result<u64, Error> + Send + Sync + 'static,
+    ) -> Self {
+        Self { meta, write: Box::new(write) }
+    }
+
+    /// Writes the commit's stream to `out`; returns the bytes written.
+    pub fn write_to(self, out: &mut dyn Write) -> Result<u64, Error> {
+        (self.write)(out)
+    }
+}
+
+impl std::fmt::Debug for PinnedExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedExport").field("meta_bytes", &self.meta.len()).finish_non_exhaustive()
+    }
 }
 
 // --- on disk ------------------------------------------------------------------
@@ -160,11 +196,12 @@ impl StateStore for RedbStateStore {
         self.current().flush_with(flush, meta, encode).map(|(_, state_bytes)| state_bytes)
     }
 
-    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
+    fn pin_export(&self) -> Result<Option<PinnedExport>, Error> {
+        // A read transaction: the commit stays as it is until the view is
+        // dropped (the file grows meanwhile by what later commits free).
         let view = self.current().view()?;
         let Some(meta) = view.applied()? else { return Ok(None) };
-        let written = view.export(out)?;
-        Ok(Some((meta, written)))
+        Ok(Some(PinnedExport::new(meta, move |out| view.export(out))))
     }
 
     fn import(&self, input: &mut dyn Read) -> Result<(), Error> {
@@ -252,13 +289,16 @@ impl StateStore for MemStateStore {
         Ok(bytes)
     }
 
-    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
+    fn pin_export(&self) -> Result<Option<PinnedExport>, Error> {
         let last = self.last()?.clone();
         let Some(stored) = &last.stored else { return Ok(None) };
-        let mut bytes = MEM_STREAM_MAGIC.to_vec();
-        bytes.extend(crate::codec::encode("state store", &last)?);
-        out.write_all(&bytes).map_err(|source| Error::Stream { what: "write", source })?;
-        Ok(Some((stored.meta.clone(), bytes.len() as u64)))
+        let meta = stored.meta.clone();
+        Ok(Some(PinnedExport::new(meta, move |out| {
+            let mut bytes = MEM_STREAM_MAGIC.to_vec();
+            bytes.extend(crate::codec::encode("state store", &last)?);
+            out.write_all(&bytes).map_err(|source| Error::Stream { what: "write", source })?;
+            Ok(bytes.len() as u64)
+        })))
     }
 
     fn import(&self, input: &mut dyn Read) -> Result<(), Error> {

@@ -160,13 +160,15 @@ async fn a_snapshot_moves_the_history_to_the_store_and_every_reader_sees_it_ther
     let follower_dir = tempfile::tempdir().expect("tempdir");
     let (_, mut follower, follower_handle) = open_sled(follower_dir.path(), None).expect("opens");
     let mut snapshot = leader.get_current_snapshot().await.expect("reads").expect("a snapshot");
-    assert!(matches!(*snapshot.snapshot, SnapshotData::File(_)), "spooled through a file");
+    assert!(matches!(*snapshot.snapshot, SnapshotData::Pending(_)), "exported only when read");
     // As openraft hands it over: written into the follower's spool, left
     // at its end and shut down.
     let mut received = follower.begin_receiving_snapshot().await.expect("a spool");
     let sent = tokio::io::copy(&mut *snapshot.snapshot, &mut *received).await.expect("receives");
     tokio::io::AsyncWriteExt::shutdown(&mut *received).await.expect("shuts down");
     assert!(sent > 0);
+    assert!(matches!(*snapshot.snapshot, SnapshotData::File(_)), "spooled through a file");
+    assert!(matches!(*received, SnapshotData::File(_)), "received into a file");
     follower.install_snapshot(&snapshot.meta, received).await.expect("installs");
     let spools = std::fs::read_dir(follower_dir.path()).expect("lists").flatten();
     let names: Vec<String> = spools.map(|e| e.file_name().to_string_lossy().into_owned()).collect();
