@@ -85,11 +85,14 @@ pub trait StateStore: Send + Sync {
     fn blocks(&self) -> bool;
 }
 
+/// Writes a pinned commit's stream; returns the bytes written.
+type WriteStream = Box<dyn FnOnce(&mut dyn Write) -> Result<u64, Error> + Send + Sync>;
+
 /// One commit of a [`StateStore`], held for an export: its metadata, and
 /// what writes its stream.
 pub struct PinnedExport {
     pub meta: Vec<u8>,
-    write: Box<dyn FnOnce(&mut dyn Write) -> Result<u64, Error> + Send + Sync>,
+    write: WriteStream,
 }
 
 impl PinnedExport {
