@@ -187,6 +187,12 @@ impl SnapshotStore {
         Ok((store, found))
     }
 
+    /// The last log index of the stored snapshot, unless a save is under
+    /// way (then `None`, which bounds less than any index).
+    pub(crate) fn stored_index_now(&self) -> Option<u64> {
+        self.stored.try_lock().ok().and_then(|stored| *stored)
+    }
+
     /// The history as of the store's last commit.
     pub(crate) fn history(&self) -> Result<Arc<dyn HistoryStore>, Error> {
         self.store.history()

@@ -137,6 +137,7 @@ impl StateMachineStore {
 
     /// Shares `hold` with the log store (see [`crate::SnapshotHold`]).
     pub fn with_hold(mut self, hold: crate::SnapshotHold) -> Self {
+        hold.durable(self.snapshots.stored_index_now());
         self.hold = hold;
         self
     }
@@ -270,6 +271,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             applied.state.history_flushed(history);
         }
         save.stored(&meta).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        self.hold.durable(meta.last_log_id.map(|id| id.index));
         self.snapshot_bytes.store(bytes, Ordering::Relaxed);
         // The size first and the snapshot by its id alone: the whole
         // metadata (membership, node addresses) made a line so long that
@@ -319,7 +321,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     /// it receives into.
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
         // Before openraft can purge or commit as of the incoming snapshot.
-        self.hold.hold(self.snapshots.begin_save().await.stored_index());
+        self.hold.hold();
         let snapshots = self.snapshots.clone();
         let spool = self
             .snapshots
@@ -367,6 +369,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(snapshot_error(meta, ErrorVerb::Read))?;
         let (installed, state_bytes, bytes) = installed;
         save.stored(meta).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        self.hold.durable(meta.last_log_id.map(|id| id.index));
         self.hold.release();
         self.snapshot_bytes.store(state_bytes as u64, Ordering::Relaxed);
         let replaced = {
