@@ -185,6 +185,9 @@ pub fn open_disk(
     let hold = SnapshotHold::default();
     let log_store = LogStore::open(disk)?.with_hold(hold.clone());
     let (state_machine, handle) = StateMachineStore::open(disk, observer)?;
+    if let Some(snapshot) = handle.last_applied() {
+        log_store.purge_what_a_snapshot_replaced(snapshot)?;
+    }
     Ok((log_store, state_machine.with_hold(hold), handle))
 }
 

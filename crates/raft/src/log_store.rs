@@ -227,17 +227,47 @@ impl LogStore {
         store.measure_stored_entries()?;
         let purged: Option<LogId> = store.read_meta("last purged log id", KEY_LAST_PURGED)?;
         if let Some(purged) = purged {
-            store.first_readable.store(purged.index.saturating_add(1), Ordering::SeqCst);
             // Entries a crash kept below the purge point (their removal was
             // not durable yet) go now; the next flush makes that durable.
-            if let Some((first, last)) = store.forget_through(purged.index) {
-                tracing::info!(first, last, "removing log entries a purge left behind");
-                for batch in purge_batches(first, last, PURGE_BATCH_ENTRIES) {
-                    store.log.apply_batch(batch)?;
-                }
-            }
+            store.remove_through(purged, "removing log entries a purge left behind")?;
         }
         Ok(store)
+    }
+
+    /// Makes `purged` the purge point for readers and removes the entries
+    /// up to it, now; the next flush makes the removal durable.
+    fn remove_through(&self, purged: LogId, why: &'static str) -> Result<(), Error> {
+        self.first_readable.fetch_max(purged.index.saturating_add(1), Ordering::SeqCst);
+        if let Some((first, last)) = self.forget_through(purged.index) {
+            tracing::info!(first, last, "{why}");
+            for batch in purge_batches(first, last, PURGE_BATCH_ENTRIES) {
+                self.log.apply_batch(batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At open, beside a state restored from a snapshot up to `snapshot`:
+    /// if the log does not hold that entry, what it holds up to there
+    /// predates the snapshot (a node that received it while its log was
+    /// behind, its purge held back until the install was durable: see
+    /// [`SnapshotHold`]) and may leave a hole below the entries appended
+    /// after it, which openraft cannot start over. Purges the log up to
+    /// the snapshot, as openraft would have.
+    pub fn purge_what_a_snapshot_replaced(&self, snapshot: LogId) -> Result<(), Error> {
+        let purged: Option<LogId> = self.read_meta("last purged log id", KEY_LAST_PURGED)?;
+        if purged.is_some_and(|purged| purged.index >= snapshot.index) {
+            return Ok(());
+        }
+        let held = match self.log.get(&log_key(snapshot.index))? {
+            Some(value) => Some(Self::decode_entry(&log_key(snapshot.index), &value)?.log_id),
+            None => None,
+        };
+        if held == Some(snapshot) {
+            return Ok(());
+        }
+        self.write_meta("last purged log id", KEY_LAST_PURGED, &snapshot)?;
+        self.remove_through(snapshot, "removing log entries a received snapshot replaced")
     }
 
     /// Shares `hold` with the state machine (see [`SnapshotHold`]).

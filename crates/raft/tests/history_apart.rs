@@ -261,11 +261,23 @@ async fn a_crash_while_a_received_snapshot_installs_leaves_a_log_the_state_can_s
     assert_eq!(log.read_committed().await.expect("committed"), Some(log_id(1)), "the commit its log backs");
     assert_eq!(log.try_get_log_entries(1..2).await.expect("reads").len(), 1, "its own entry stays");
 
-    // Installed, the hold ends: the next purge goes through.
+    // Installed, then an entry appended after it, then a crash before
+    // any purge: the log's own entry below the snapshot would leave a
+    // hole under the new one; the reopen purges up to the snapshot.
     let mut received = follower.begin_receiving_snapshot().await.expect("a spool");
     let mut again = leader.get_current_snapshot().await.expect("reads").expect("a snapshot");
     tokio::io::copy(&mut *again.snapshot, &mut *received).await.expect("receives");
     follower.install_snapshot(&again.meta, received).await.expect("installs");
-    log.purge(last).await.expect("purges");
-    assert_eq!(log.get_log_state().await.expect("log state").last_purged_log_id, Some(last));
+    let after = log_id(last.index + 1);
+    log.blocking_append([Entry { log_id: after, payload: EntryPayload::Blank }]).await.expect("appends");
+    drop((log, follower));
+    let (mut log, _, handle) = open_sled(dir.path(), None).expect("reopens");
+    assert_eq!(handle.last_applied(), Some(last));
+    let state = log.get_log_state().await.expect("log state");
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(last), Some(after)), "no hole below");
+    assert!(log.try_get_log_entries(1..2).await.expect("reads").is_empty(), "the entry the snapshot replaced");
+
+    // Not receiving, a purge goes through at once.
+    log.purge(after).await.expect("purges");
+    assert_eq!(log.get_log_state().await.expect("log state").last_purged_log_id, Some(after));
 }
