@@ -70,6 +70,7 @@ mod dir_file;
 mod group_commit;
 mod snapshot;
 pub mod snapshot_data;
+mod snapshot_hold;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,7 +82,7 @@ pub use error::Error;
 pub use history_store::{HistoryView, RedbHistory};
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
 pub use log_command::LogCommand;
-pub use log_store::{LogStore, SledLogStore, SnapshotHold};
+pub use log_store::{LogStore, SledLogStore};
 pub use mem_disk::MemDisk;
 pub use network::{
     SNAPSHOT_EVERY_ENTRIES, SingleNodeNetwork, UnreachablePeer, raft_config, raft_config_snapshotting_every,
@@ -89,6 +90,7 @@ pub use network::{
 pub use rpc::{ProposeReply, RaftReply};
 pub use runtime::{SeededRuntime, SeededThreadRng, seed_thread_rng};
 pub use snapshot_data::{SnapshotData, Spool};
+pub use snapshot_hold::SnapshotHold;
 pub use state_handle::{StateHandle, StateRef};
 pub use state_machine::{ApplyObserver, StateMachineStore, snapshot_id};
 pub use state_store::{MemStateStore, RedbStateStore, StateStore, StoredState};

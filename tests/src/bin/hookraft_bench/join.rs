@@ -4,10 +4,11 @@
 //! node's RSS under 1 GB extra; the time to install reported).
 //!
 //! The new node is started, left to settle, then added through
-//! `POST /v1/cluster/nodes`, which answers once it caught up. Both nodes'
-//! memory is sampled every [`SAMPLE_EVERY`] meanwhile; the new node's log
-//! says how large the snapshot it installed was and how long the import
-//! took.
+//! `POST /v1/cluster/nodes`, which answers once it caught up (or 503 once
+//! the leader stopped waiting, while it goes on catching up). Both nodes'
+//! memory is sampled every [`SAMPLE_EVERY`] until the answer came and the
+//! new node's log says it installed a snapshot: how large, and how long
+//! the import took.
 
 use std::time::{Duration, Instant};
 
@@ -24,12 +25,22 @@ const SETTLE: Duration = Duration::from_secs(2);
 const NEW_NODE: u64 = 2;
 /// Issue 34's bound on what installing costs the new node.
 pub const EXTRA_RSS_BOUND_MIB: f64 = 1024.0;
+/// How long the new node may take to install the history.
+const JOIN_DEADLINE: Duration = Duration::from_secs(3_600);
+/// How often the new node's log is read for its install.
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// What joining cost, as measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Joined {
-    /// From the add request to its answer (the new node caught up).
-    pub caught_up_s: f64,
+    /// From the add request to its answer, and the answer's status: 202
+    /// once the new node caught up; 503 if the leader stopped waiting
+    /// (two minutes) while it was still catching up, which it goes on with.
+    pub answered_s: f64,
+    pub answer_status: u16,
+    /// From the add request until the new node's log said it installed a
+    /// snapshot.
+    pub installed_s: f64,
     /// The snapshots the new node installed, as its log says: bytes
     /// streamed, and how long importing and decoding took.
     pub installed_bytes: Vec<u64>,
@@ -40,9 +51,12 @@ pub struct Joined {
     pub new_rss_peak_mib: f64,
     pub new_rss_extra_mib: f64,
     pub pass: bool,
-    /// The node that sent it: its RSS before and its peak meanwhile.
+    /// The node that sent it: its RSS before, its peak until the new node
+    /// installed the snapshot, and its peak after, while it sent the log
+    /// past the snapshot.
     pub sender_rss_before_mib: f64,
     pub sender_rss_peak_mib: f64,
+    pub sender_rss_peak_after_install_mib: f64,
 }
 
 fn rss_mib(pid: Option<u32>) -> f64 {
@@ -59,28 +73,43 @@ pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
     let add = serde_json::json!({"id": NEW_NODE, "addr": cluster.addr(NEW_NODE)});
     let request = cluster.node(1).request(reqwest::Method::POST, "/v1/cluster/nodes").json(&add);
     let started = Instant::now();
-    let mut adding = tokio::spawn(request.send());
-    let (mut new_peak, mut sender_peak) = (new_before, sender_before);
-    let answer = loop {
+    let mut adding = tokio::spawn(request.timeout(JOIN_DEADLINE).send());
+    let (mut new_peak, mut sender_peak, mut sender_peak_after) = (new_before, sender_before, 0.0f64);
+    let (mut answered, mut installed_s, mut log_read) = (None, None, Instant::now());
+    while answered.is_none() || installed_s.is_none() {
+        if started.elapsed() > JOIN_DEADLINE {
+            bail!("node {NEW_NODE} did not install a snapshot within {JOIN_DEADLINE:?}");
+        }
         tokio::select! {
-            answer = &mut adding => break answer.context("the add request panicked")?,
+            answer = &mut adding, if answered.is_none() => {
+                let answer = answer.context("the add request panicked")?.context("the add request failed")?;
+                answered = Some((answer.status().as_u16(), started.elapsed().as_secs_f64()));
+            }
             () = tokio::time::sleep(SAMPLE_EVERY) => {
                 new_peak = new_peak.max(rss_mib(new_pid));
-                sender_peak = sender_peak.max(rss_mib(sender_pid));
+                if installed_s.is_none() {
+                    sender_peak = sender_peak.max(rss_mib(sender_pid));
+                } else {
+                    sender_peak_after = sender_peak_after.max(rss_mib(sender_pid));
+                }
             }
         }
-    };
-    let caught_up_s = started.elapsed().as_secs_f64();
-    let answer = answer.context("the add request failed")?;
-    if !answer.status().is_success() {
-        bail!("adding node {NEW_NODE} answered {}: {}", answer.status(), answer.text().await.unwrap_or_default());
+        if installed_s.is_none() && log_read.elapsed() >= LOG_EVERY {
+            log_read = Instant::now();
+            let log = std::fs::read_to_string(cluster.node(NEW_NODE).log_path()).unwrap_or_default();
+            if log.lines().filter_map(snapshot_line).any(|s| s.kind == "installed") {
+                installed_s = Some(started.elapsed().as_secs_f64());
+            }
+        }
     }
-    cluster.node_mut(NEW_NODE).wait_until_ready().await;
+    let ((answer_status, answered_s), installed_s) = (answered.unwrap_or_default(), installed_s.unwrap_or_default());
     let log = std::fs::read_to_string(cluster.node(NEW_NODE).log_path()).context("the new node's log")?;
     let installed: Vec<_> = log.lines().filter_map(snapshot_line).filter(|s| s.kind == "installed").collect();
     let extra = new_peak - new_before;
     Ok(Joined {
-        caught_up_s,
+        answered_s,
+        answer_status,
+        installed_s,
         installed_bytes: installed.iter().map(|s| s.bytes).collect(),
         import_ms: installed.iter().filter_map(|s| s.total_ms).collect(),
         new_rss_before_mib: new_before,
@@ -89,6 +118,7 @@ pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
         pass: extra < EXTRA_RSS_BOUND_MIB && !installed.is_empty(),
         sender_rss_before_mib: sender_before,
         sender_rss_peak_mib: sender_peak,
+        sender_rss_peak_after_install_mib: sender_peak_after,
     })
 }
 
@@ -96,10 +126,12 @@ pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
 pub fn render(joined: &Joined) -> String {
     let gib = |bytes: &u64| format!("{:.2} GiB", *bytes as f64 / crate::MIB / 1024.0);
     format!(
-        "  join:      a new node caught up in {:.1} s; installed {} (import {:?} ms); its RSS {:.0} -> peak {:.0} MiB (+{:.0} MiB, bound {:.0}: {}); the sender's {:.0} -> peak {:.0} MiB\n",
-        joined.caught_up_s,
+        "  join:      a new node installed {} after {:.1} s (import {:?} ms; the add answered {} after {:.1} s); its RSS {:.0} -> peak {:.0} MiB (+{:.0} MiB, bound {:.0}: {}); the sender's {:.0} -> peak {:.0} MiB until the install, {:.0} MiB after\n",
         joined.installed_bytes.iter().map(gib).collect::<Vec<_>>().join(", "),
+        joined.installed_s,
         joined.import_ms,
+        joined.answer_status,
+        joined.answered_s,
         joined.new_rss_before_mib,
         joined.new_rss_peak_mib,
         joined.new_rss_extra_mib,
@@ -107,5 +139,6 @@ pub fn render(joined: &Joined) -> String {
         if joined.pass { "PASS" } else { "FAIL" },
         joined.sender_rss_before_mib,
         joined.sender_rss_peak_mib,
+        joined.sender_rss_peak_after_install_mib,
     )
 }

@@ -1,0 +1,170 @@
+//! The state machine's own tests: snapshot ids, the legacy snapshot file,
+//! and a store that writes slowly.
+
+use super::*;
+use crate::state_store::StateStore;
+
+#[test]
+fn snapshot_id_names_term_index_and_counter() {
+    let id = LogId::new(openraft::CommittedLeaderId::new(3, 1), 42);
+    assert_eq!(snapshot_id(Some(id), 7), "3-42-7");
+    assert_eq!(snapshot_id(None, 1), "none-1");
+}
+
+#[tokio::test]
+async fn a_snapshot_an_earlier_version_left_in_its_file_moves_into_the_store() {
+    use crate::snapshot::{SNAPSHOT_FILE, encode_payload, trailer};
+    let disk = crate::MemDisk::new();
+    let mut state = ClusterState::default();
+    state.apply(&Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] });
+    let last_applied = Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 6));
+    let meta = SnapshotMeta {
+        last_log_id: last_applied,
+        last_membership: StoredMembership::default(),
+        snapshot_id: "1-6-1".into(),
+    };
+    let mut file = encode_payload(&last_applied, &meta.last_membership, &state).expect("encodes");
+    file.extend_from_slice(&trailer(&meta).expect("encodes"));
+    disk.open_file(SNAPSHOT_FILE).expect("file").replace(file).await.expect("writes");
+
+    let (store, handle) = StateMachineStore::open(&disk, None).expect("opens");
+    assert_eq!(handle.read().shards[3].owner, Some(9));
+    assert_eq!(handle.last_applied(), last_applied);
+    let (stored, _) = store.snapshots.load().expect("loads").expect("committed to the store");
+    assert_eq!(stored.last_log_id, last_applied);
+    // The file is emptied by the next snapshot; the store wins before.
+    let (_, reopened) = StateMachineStore::open(&disk, None).expect("reopens");
+    assert_eq!(reopened.last_applied(), last_applied);
+    drop(reopened);
+    store.clone().build_snapshot().await.expect("builds");
+    assert_eq!(disk.open_file(SNAPSHOT_FILE).expect("file").read().expect("reads"), Some(Vec::new()));
+    drop((store, handle));
+    let (_, handle) = StateMachineStore::open(&disk, None).expect("reopens");
+    let owner = handle.read().shards[3].owner;
+    assert_eq!((owner, handle.last_applied()), (Some(9), last_applied));
+}
+
+/// A disk whose state store, once a commit starts writing the state,
+/// holds its writer until released, and says it blocks: a large
+/// snapshot on a real disk.
+struct SlowSnapshotDisk {
+    memory: crate::MemDisk,
+    writing: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+struct SlowStore {
+    inner: Arc<dyn StateStore>,
+    writing: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Disk for SlowSnapshotDisk {
+    fn open_tree(&self, name: &str) -> Result<Arc<dyn crate::KvTree>, Error> {
+        self.memory.open_tree(name)
+    }
+
+    fn open_file(&self, name: &str) -> Result<Arc<dyn crate::FileSlot>, Error> {
+        self.memory.open_file(name)
+    }
+
+    fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
+        Ok(Arc::new(SlowStore {
+            inner: self.memory.open_state_store()?,
+            writing: std::sync::Mutex::new(self.writing.lock().expect("lock").take()),
+            release: self.release.clone(),
+        }))
+    }
+
+    fn describe(&self) -> String {
+        "a slow disk".into()
+    }
+}
+
+impl StateStore for SlowStore {
+    fn history(&self) -> Result<Arc<dyn hookraft_core::state::history_store::HistoryStore>, Error> {
+        self.inner.history()
+    }
+
+    fn load(&self) -> Result<Option<crate::StoredState>, Error> {
+        self.inner.load()
+    }
+
+    fn commit(
+        &self,
+        flush: &hookraft_core::state::history_store::Flush,
+        meta: &[u8],
+        encode: crate::state_store::EncodeState<'_>,
+    ) -> Result<u64, Error> {
+        if let Some(writing) = self.writing.lock().expect("lock").take() {
+            writing.send(()).expect("the test listens");
+            self.release.lock().expect("lock").recv().expect("the test releases the writer");
+        }
+        self.inner.commit(flush, meta, encode)
+    }
+
+    fn pin_export(&self) -> Result<Option<crate::state_store::PinnedExport>, Error> {
+        self.inner.pin_export()
+    }
+
+    fn import(&self, input: &mut dyn std::io::Read) -> Result<(), Error> {
+        self.inner.import(input)
+    }
+
+    fn spool(&self) -> Result<crate::Spool, Error> {
+        self.inner.spool()
+    }
+
+    fn blocks(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_a_snapshot_is_written_applies_readers_and_the_runtime_go_on() {
+    let (writing_tx, writing) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let disk = SlowSnapshotDisk {
+        memory: crate::MemDisk::new(),
+        writing: std::sync::Mutex::new(Some(writing_tx)),
+        release: Arc::new(std::sync::Mutex::new(release_rx)),
+    };
+    let (store, handle) = StateMachineStore::open(&disk, None).expect("opens");
+    let mut builder = store.clone();
+    let building = tokio::spawn(async move { builder.build_snapshot().await });
+    tokio::task::spawn_blocking(move || writing.recv_timeout(std::time::Duration::from_secs(10)))
+        .await
+        .expect("joins")
+        .expect("the snapshot starts its commit");
+
+    let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), 1);
+    let command = Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] };
+    let entry = Entry { log_id, payload: EntryPayload::Normal(command.into()) };
+    let mut applier = store.clone();
+    let applied = tokio::time::timeout(std::time::Duration::from_secs(5), applier.apply(vec![entry]))
+        .await
+        .expect("the apply does not wait for the snapshot's commit")
+        .expect("applies");
+    assert_eq!(applied.len(), 1);
+    assert_eq!(handle.read().shards[3].owner, Some(9));
+
+    let reader = handle.clone();
+    let (read_tx, read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || read_tx.send(reader.read().last_applied()));
+    assert_eq!(
+        read.recv_timeout(std::time::Duration::from_secs(5)),
+        Ok(Some(log_id)),
+        "a reader sees the apply at once"
+    );
+    let other_task = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::spawn(async { 7 }));
+    assert_eq!(other_task.await.expect("a worker is free").expect("joins"), 7, "the runtime's workers run other tasks");
+
+    release.send(()).expect("the writer waits");
+    let snapshot = building.await.expect("joins").expect("the snapshot is built");
+    assert_eq!(snapshot.meta.last_log_id, None, "the snapshot holds the state from before the apply");
+    let (meta, payload) = store.snapshots.load().expect("reads").expect("a snapshot is stored");
+    let (last_applied, _, state) = decode_payload(&meta, &payload).expect("the snapshot decodes");
+    assert_eq!(last_applied, None);
+    assert_eq!(state.shards[3].owner, None, "the apply made during the encoding is not in the snapshot");
+    assert_eq!(handle.read().shards[3].owner, Some(9), "nor did the encoding undo it");
+}
