@@ -80,6 +80,22 @@ impl LogSizes {
         span
     }
 
+    /// How many entries from `start` on a read may return within
+    /// `budget` bytes: at least one, at most `limit`; `limit` when the
+    /// sizes do not know `start`.
+    pub fn entries_within(&self, start: u64, limit: usize, budget: u64) -> usize {
+        let at = self.entries.partition_point(|&(index, _)| index < start);
+        if self.entries.get(at).is_none_or(|&(index, _)| index != start) {
+            return limit;
+        }
+        let mut bytes = 0u64;
+        let fitting = self.entries.range(at..).take(limit).take_while(|&&(_, size)| {
+            bytes = bytes.saturating_add(size);
+            bytes <= budget
+        });
+        fitting.count().clamp(1, limit.max(1))
+    }
+
     /// Bytes of every entry held.
     pub fn total(&self) -> u64 {
         self.total
@@ -179,6 +195,20 @@ pub async fn snapshot_when_log_grows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_takes_as_many_entries_as_fit_its_budget_and_at_least_one() {
+        let mut sizes = LogSizes::default();
+        for index in 10..20 {
+            sizes.appended(index, 1_000);
+        }
+        assert_eq!(sizes.entries_within(10, 1024, 3_500), 3);
+        assert_eq!(sizes.entries_within(18, 1024, 1_000_000), 2, "to the end of the log");
+        assert_eq!(sizes.entries_within(10, 4, 1_000_000), 4, "the count's limit");
+        assert_eq!(sizes.entries_within(12, 1024, 10), 1, "one entry over the budget still goes");
+        assert_eq!(sizes.entries_within(5, 7, 10), 7, "an index it does not know: the limit");
+        assert_eq!(sizes.entries_within(25, 7, 10), 7);
+    }
 
     #[test]
     fn tracks_appends_truncation_and_purges() {

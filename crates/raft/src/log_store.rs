@@ -47,6 +47,11 @@ pub const LOG_FORMAT_VERSION: u32 = 1;
 /// Upper bound on the entries one `limited_get_log_entries` call returns, so
 /// a replication read never loads an unbounded slice of the log.
 pub const LOG_READ_ENTRIES_MAX: usize = 1024;
+/// Upper bound on the encoded bytes one `limited_get_log_entries` call
+/// returns (one entry more than that goes alone): a replication read of
+/// 1,024 entries of large batches loaded a gigabyte, and its append was
+/// refused as over the 64 MiB body limit anyway.
+pub const LOG_READ_BYTES_MAX: u64 = 16 << 20;
 
 /// Entries removed per batch by a purge's removal in memory, and when a
 /// store opens; appends and reads go on between two batches.
@@ -449,8 +454,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
-        self.read_entries(&(start..end), LOG_READ_ENTRIES_MAX, false)
-            .map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
+        let limit = self.sizes.lock().entries_within(start, LOG_READ_ENTRIES_MAX, LOG_READ_BYTES_MAX);
+        self.read_entries(&(start..end), limit, false).map_err(|e| e.storage(ErrorSubject::Logs, ErrorVerb::Read))
     }
 }
 

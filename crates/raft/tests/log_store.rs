@@ -237,3 +237,44 @@ async fn a_log_purged_whole_reports_the_purge_point_as_last_even_before_the_remo
     let state = store.get_log_state().await.expect("log state");
     assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(log_id(1, 20)), Some(log_id(1, 20))));
 }
+
+/// A replication read of large entries stops at its byte budget instead of
+/// loading a thousand of them; one over the budget still goes alone.
+#[tokio::test]
+async fn a_replication_read_of_large_entries_stops_at_its_byte_budget() {
+    use hookraft_core::command::NewEvent;
+    use hookraft_core::ids::EventId;
+    use hookraft_raft::log_store::LOG_READ_BYTES_MAX;
+    use rand::SeedableRng;
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let payload_bytes = 400 * 1024;
+    let big = |index: u64, rng: &mut rand::rngs::StdRng| {
+        let event = NewEvent {
+            id: EventId::generate(index, rng),
+            event_type: "big".into(),
+            payload: format!("\"{}\"", "x".repeat(payload_bytes)).into(),
+            idempotency_key: None,
+            endpoint_ids: None,
+            ordering_key: None,
+            inbound: None,
+        };
+        let command = Command::IngestEvents { now_ms: index, events: vec![event] };
+        Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(command.into()) }
+    };
+    let mut log = open_log(&Backend::Memory(MemDisk::new()));
+    let entries: Vec<Entry> = (1..=100).map(|index| big(index, &mut rng)).collect();
+    log.blocking_append(entries).await.expect("appends");
+
+    let read = log.limited_get_log_entries(1, 101).await.expect("reads");
+    let fit = (LOG_READ_BYTES_MAX / payload_bytes as u64) as usize;
+    assert!(read.len() <= fit && read.len() >= fit - 2, "{} entries of {payload_bytes} bytes read", read.len());
+    assert_eq!(indexes(&read)[0], 1);
+    // Every entry is still there for a read that asks for it whole.
+    assert_eq!(log.try_get_log_entries(1..101).await.expect("reads").len(), 100);
+    // Small entries: the count's limit, not the bytes.
+    let mut small = open_log(&Backend::Memory(MemDisk::new()));
+    small.blocking_append((1..=2_000).map(|index| entry(1, index))).await.expect("appends");
+    let read = small.limited_get_log_entries(1, 2_001).await.expect("reads");
+    assert_eq!(read.len(), hookraft_raft::log_store::LOG_READ_ENTRIES_MAX);
+}
