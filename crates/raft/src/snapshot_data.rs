@@ -177,7 +177,7 @@ impl AsyncRead for SnapshotData {
         match this {
             Self::File(file) => Pin::new(file).poll_read(cx, buf),
             Self::Memory(cursor) => Pin::new(cursor).poll_read(cx, buf),
-            Self::Pending(_) => Poll::Pending,
+            Self::Pending(_) => Poll::Ready(Err(std::io::Error::other("the snapshot's export is still pending"))),
         }
     }
 }
@@ -226,7 +226,7 @@ impl AsyncSeek for SnapshotData {
         match this {
             Self::File(file) => Pin::new(file).poll_complete(cx),
             Self::Memory(cursor) => Pin::new(cursor).poll_complete(cx),
-            Self::Pending(_) => Poll::Pending,
+            Self::Pending(_) => Poll::Ready(Err(std::io::Error::other("the snapshot's export is still pending"))),
         }
     }
 }
