@@ -10,7 +10,7 @@
 //! what changed since the last plus the work in memory, not the whole
 //! retained history.
 //!
-//! A snapshot leaves for another node as [`StateStore::export`]'s stream
+//! A snapshot leaves for another node as [`StateStore::pin_export`]'s stream
 //! and arrives through [`StateStore::import`], which replaces the whole
 //! store at once.
 //!
@@ -62,16 +62,7 @@ pub trait StateStore: Send + Sync {
     /// same commit however many come meanwhile.
     fn pin_export(&self) -> Result<Option<PinnedExport>, Error>;
 
-    /// Writes the last commit to `out` as one stream; returns its
-    /// metadata (`None` before the first commit: nothing is written) and
-    /// the bytes written.
-    fn export(&self, out: &mut dyn Write) -> Result<Option<(Vec<u8>, u64)>, Error> {
-        let Some(pinned) = self.pin_export()? else { return Ok(None) };
-        let meta = pinned.meta.clone();
-        Ok(Some((meta, pinned.write_to(out)?)))
-    }
-
-    /// Replaces the whole store by a stream [`export`](Self::export) wrote,
+    /// Replaces the whole store by a stream [`PinnedExport::write_to`] wrote,
     /// atomically: after an error the store is as it was.
     fn import(&self, input: &mut dyn Read) -> Result<(), Error>;
 
