@@ -125,6 +125,7 @@ impl Node {
             }
         };
         let (log_sizes, snapshot_bytes) = (log_store.size_watch(), state_machine.snapshot_bytes());
+        let history_held = state_machine.history_watch();
 
         let mut config = config;
         if config.advertise.is_none() {
@@ -211,8 +212,9 @@ impl Node {
         tokio::spawn(hookraft_raft::log_size::snapshot_when_log_grows(
             raft.clone(),
             log_sizes.clone(),
+            history_held,
             snapshot_bytes.clone(),
-            hookraft_raft::log_size::SNAPSHOT_LOG_BYTES_MIN,
+            hookraft_raft::log_size::SnapshotMinimums::DEFAULT,
             stop.clone(),
         ));
         tokio::spawn(

@@ -1,4 +1,5 @@
-//! Snapshots by the log's size, not only its length.
+//! Snapshots by the log's size and by the history held in memory, not
+//! only by the log's length.
 //!
 //! openraft builds a snapshot every `SnapshotPolicy::LogsSinceLast` entries.
 //! hookraft's entries vary from a heartbeat of a few dozen bytes to an ingest
@@ -16,6 +17,16 @@
 //! bounds the write amplification (each byte of log costs at most four bytes
 //! of snapshot written) while the memory the log holds stays a fraction of
 //! the state's.
+//!
+//! The same task watches the finished history the state holds in memory
+//! ([`HistoryWatch`], set by every apply): what finished since the last
+//! snapshot stays in memory until a snapshot writes it to the history
+//! store, and the log's threshold alone let it stay there for as long as
+//! the log took to grow by 64 MiB: after a burst, minutes at a low rate,
+//! with a burst's worth of records held (design note 65). A snapshot is
+//! also due once the history held passes [`snapshot_due_bytes`] of
+//! [`SNAPSHOT_HISTORY_BYTES_MIN`], the same quarter of the last snapshot
+//! bounding how often the work in memory is written for it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +38,9 @@ use crate::Raft;
 
 /// Encoded bytes of log past the last snapshot that always justify a new one.
 pub const SNAPSHOT_LOG_BYTES_MIN: u64 = 64 << 20;
+/// Encoded bytes of finished history held in memory that always justify a
+/// snapshot (which moves them to the history store).
+pub const SNAPSHOT_HISTORY_BYTES_MIN: u64 = 32 << 20;
 /// The log past the last snapshot may hold this fraction (1/N) of the last
 /// snapshot's size before the next one, when that is more than the minimum.
 pub const SNAPSHOT_LOG_FRACTION_DIVISOR: u64 = 4;
@@ -148,25 +162,96 @@ impl LogSizeWatch {
     }
 }
 
-/// Asks `raft` for a snapshot whenever the log past its last snapshot holds
-/// more than [`snapshot_due_bytes`] (of `min_bytes`, production's being
-/// [`SNAPSHOT_LOG_BYTES_MIN`], and of `snapshot_bytes`, the last snapshot's
-/// size kept by the state machine), once per snapshot. Ends when `stop`
-/// turns true or Raft stops.
+/// The finished history the state holds in memory, as the last apply left
+/// it: shared by the state machine, which sets it, with the task that acts
+/// on it.
+#[derive(Debug, Clone)]
+pub struct HistoryWatch {
+    held_bytes: Arc<AtomicU64>,
+    grown: Arc<Notify>,
+    /// The history's size from which applies wake the task.
+    wake_from_bytes: Arc<AtomicU64>,
+}
+
+impl Default for HistoryWatch {
+    fn default() -> Self {
+        Self {
+            held_bytes: Arc::default(),
+            grown: Arc::default(),
+            wake_from_bytes: Arc::new(AtomicU64::new(SNAPSHOT_HISTORY_BYTES_MIN)),
+        }
+    }
+}
+
+impl HistoryWatch {
+    /// Called by the state machine after an apply with the history's bytes
+    /// in memory: wakes the task once they are worth a snapshot.
+    pub(crate) fn applied(&self, held_bytes: u64) {
+        self.held_bytes.store(held_bytes, Ordering::Relaxed);
+        if held_bytes >= self.wake_from_bytes.load(Ordering::Relaxed) {
+            self.grown.notify_one();
+        }
+    }
+
+    /// Encoded bytes of finished history in memory after the last apply.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// What makes a snapshot due whatever the last one's size: bytes of log
+/// past it, bytes of finished history held in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotMinimums {
+    pub log_bytes: u64,
+    pub history_bytes: u64,
+}
+
+impl SnapshotMinimums {
+    /// Production's: [`SNAPSHOT_LOG_BYTES_MIN`], [`SNAPSHOT_HISTORY_BYTES_MIN`].
+    pub const DEFAULT: Self = Self { log_bytes: SNAPSHOT_LOG_BYTES_MIN, history_bytes: SNAPSHOT_HISTORY_BYTES_MIN };
+}
+
+/// What a snapshot is due for, if anything: the log past the last one, or
+/// the history held in memory, each against [`snapshot_due_bytes`] of its
+/// minimum and the last snapshot's size.
+pub fn snapshot_due_for(
+    log_bytes_since: u64,
+    history_held_bytes: u64,
+    min: SnapshotMinimums,
+    last_snapshot_bytes: u64,
+) -> Option<&'static str> {
+    if log_bytes_since >= snapshot_due_bytes(min.log_bytes, last_snapshot_bytes) {
+        Some("log")
+    } else if history_held_bytes >= snapshot_due_bytes(min.history_bytes, last_snapshot_bytes) {
+        Some("history")
+    } else {
+        None
+    }
+}
+
+/// Asks `raft` for a snapshot whenever the log past its last snapshot, or
+/// the finished history held in memory, is due one ([`snapshot_due_for`]
+/// of `min`, production's being [`SnapshotMinimums::DEFAULT`], and of
+/// `snapshot_bytes`, the last snapshot's size kept by the state machine),
+/// once per snapshot. Ends when `stop` turns true or Raft stops.
 pub async fn snapshot_when_log_grows(
     raft: Raft,
     log: LogSizeWatch,
+    history: HistoryWatch,
     snapshot_bytes: Arc<AtomicU64>,
-    min_bytes: u64,
+    min: SnapshotMinimums,
     mut stop: watch::Receiver<bool>,
 ) {
-    log.wake_from_bytes.store(min_bytes, Ordering::Relaxed);
+    log.wake_from_bytes.store(min.log_bytes, Ordering::Relaxed);
+    history.wake_from_bytes.store(min.history_bytes, Ordering::Relaxed);
     // The snapshot index at which a snapshot was last asked for: another is
     // asked for only after that one (or any later one) was built.
     let mut asked_after: Option<Option<u64>> = None;
     loop {
         tokio::select! {
             () = log.grown.notified() => {}
+            () = history.grown.notified() => {}
             _ = stop.wait_for(|stopped| *stopped) => return,
         }
         let snapshot_index = {
@@ -180,11 +265,12 @@ pub async fn snapshot_when_log_grows(
         if asked_after == Some(snapshot_index) {
             continue;
         }
-        let since = log.bytes_after(snapshot_index);
-        if since < snapshot_due_bytes(min_bytes, snapshot_bytes.load(Ordering::Relaxed)) {
+        let (log_bytes, history_bytes) = (log.bytes_after(snapshot_index), history.held_bytes());
+        let Some(due_for) = snapshot_due_for(log_bytes, history_bytes, min, snapshot_bytes.load(Ordering::Relaxed))
+        else {
             continue;
-        }
-        tracing::info!(log_bytes = since, "the log past the last snapshot is large; building a snapshot");
+        };
+        tracing::info!(due_for, log_bytes, history_bytes, "building a snapshot");
         if raft.trigger().snapshot().await.is_err() {
             return;
         }
@@ -208,6 +294,18 @@ mod tests {
         assert_eq!(sizes.entries_within(12, 1024, 10), 1, "one entry over the budget still goes");
         assert_eq!(sizes.entries_within(5, 7, 10), 7, "an index it does not know: the limit");
         assert_eq!(sizes.entries_within(25, 7, 10), 7);
+    }
+
+    #[test]
+    fn a_snapshot_is_due_for_the_log_or_for_the_history_each_against_its_minimum() {
+        let min = SnapshotMinimums { log_bytes: 100, history_bytes: 50 };
+        assert_eq!(snapshot_due_for(99, 49, min, 0), None);
+        assert_eq!(snapshot_due_for(100, 0, min, 0), Some("log"));
+        assert_eq!(snapshot_due_for(0, 50, min, 0), Some("history"));
+        assert_eq!(snapshot_due_for(100, 50, min, 0), Some("log"), "the log first when both are");
+        // A large last snapshot raises both: a quarter of 1,000.
+        assert_eq!(snapshot_due_for(200, 200, min, 1_000), None);
+        assert_eq!(snapshot_due_for(0, 250, min, 1_000), Some("history"));
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct StateMachineStore {
     /// Bytes of the current snapshot (0 before the first); read by
     /// [`crate::log_size::snapshot_when_log_grows`].
     snapshot_bytes: Arc<AtomicU64>,
+    /// The history's bytes in memory after each apply; read by the same task.
+    history_watch: crate::log_size::HistoryWatch,
     /// Held by a snapshot build while it clones the state (a moment: the
     /// clone shares the state's chunks; it used to be held for the whole
     /// encoding, a second or more for a million pending deliveries), and
@@ -129,6 +131,7 @@ impl StateMachineStore {
             observer,
             snapshots_built: Arc::new(AtomicU64::new(0)),
             snapshot_bytes,
+            history_watch: crate::log_size::HistoryWatch::default(),
             snapshot_gate: Arc::default(),
             hold: crate::SnapshotHold::default(),
         };
@@ -145,6 +148,12 @@ impl StateMachineStore {
     /// The current snapshot's size in bytes, kept up to date.
     pub fn snapshot_bytes(&self) -> Arc<AtomicU64> {
         self.snapshot_bytes.clone()
+    }
+
+    /// The finished history held in memory, as applies leave it, for
+    /// [`crate::log_size::snapshot_when_log_grows`].
+    pub fn history_watch(&self) -> crate::log_size::HistoryWatch {
+        self.history_watch.clone()
     }
 
     /// A read-only handle on this state machine's state.
@@ -168,7 +177,9 @@ impl StateMachineStore {
         let mut guard = self.write()?;
         let response = Self::apply_locked(&mut guard, entry, self.observer.as_deref());
         let retired = guard.state.take_retired();
+        let history_held = guard.state.history().held_bytes();
         drop(guard);
+        self.history_watch.applied(history_held);
         if retired.len() > RETIRED_INLINE_MAX
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {

@@ -282,7 +282,7 @@ async fn phase(
         let url = format!("{}/batch", deployment.event_urls()[0]);
         let started = Instant::now();
         let (ids, accepted, not_accepted) =
-            crate::preload::preload_history(&url, history, plan.payload_bytes, origin, &progress).await?;
+            crate::preload::preload_history(&url, history, plan.payload_bytes, origin, &progress, &fleet).await?;
         let ingest_s = started.elapsed().as_secs_f64();
         crate::preload::wait_until_finished(&deployment, &fleet, accepted, plan.delivery_deadline).await;
         let delivered_s = started.elapsed().as_secs_f64();

@@ -1,5 +1,14 @@
 //! The history scenario's preload: finished deliveries posted in batches
-//! as fast as the node takes them, a sample of their ids kept for reads.
+//! as fast as the node takes them and delivers them, a sample of their ids
+//! kept for reads.
+//!
+//! Accepting outruns delivering (batches of a thousand against one webhook
+//! per delivery), so a preload posting as fast as the node accepts would
+//! build a backlog of millions of pending deliveries, gigabytes of work in
+//! memory that a node keeping its history over days never holds, and the
+//! figures after it would measure the allocator's memory of that backlog
+//! rather than the history's cost. The preload waits while more than
+//! [`PRELOAD_BACKLOG_MAX`] of its deliveries are not yet delivered.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,6 +33,11 @@ const EVENT_OVERHEAD_BYTES: usize = 100;
 /// Concurrent preload requests: enough to keep the node's log busy, few
 /// enough that a thousand-event batch is not waiting behind many others.
 const PRELOAD_CONNECTIONS: usize = 4;
+/// Preloaded deliveries accepted but not yet delivered at most before the
+/// preload waits: a backlog of about 200 MB at 1 KB each.
+pub const PRELOAD_BACKLOG_MAX: u64 = 200_000;
+/// How often a waiting preload looks at the backlog again.
+const BACKLOG_POLL: Duration = Duration::from_millis(20);
 /// Failed preload requests printed at most.
 const FAILURES_PRINTED_MAX: u64 = 3;
 
@@ -79,6 +93,7 @@ pub async fn preload_history(
     payload_bytes: usize,
     origin: Instant,
     progress: &Arc<Progress>,
+    fleet: &Arc<Fleet>,
 ) -> Result<(Vec<(String, String)>, usize, u64)> {
     let next = Arc::new(AtomicUsize::new(0));
     let sample = Arc::new(Mutex::new(Reservoir::new(SAMPLE_IDS, 0x4849_5354)));
@@ -89,8 +104,14 @@ pub async fn preload_history(
     for _ in 0..PRELOAD_CONNECTIONS {
         let mut client = Connection::to(url).with_context(|| format!("cannot post to {url}"))?;
         let (next, sample, failed, progress) = (next.clone(), sample.clone(), failed.clone(), progress.clone());
+        let fleet = fleet.clone();
         tasks.push(tokio::spawn(async move {
             loop {
+                while progress.accepted.load(Ordering::Relaxed).saturating_sub(fleet.distinct() as u64)
+                    > PRELOAD_BACKLOG_MAX
+                {
+                    tokio::time::sleep(BACKLOG_POLL).await;
+                }
                 let first = next.fetch_add(batch, Ordering::Relaxed);
                 if first >= total {
                     return;
