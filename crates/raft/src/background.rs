@@ -69,15 +69,36 @@ impl Pace {
     }
 }
 
+/// The priority of a thread of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// [`BACKGROUND_NICE`]: work nothing waits for soon.
+    Low,
+    /// The caller's: background work that fell behind, which memory waits
+    /// for (a snapshot moving a large history out of memory).
+    Callers,
+}
+
 /// Starts `work` on a new thread called `name` at [`BACKGROUND_NICE`] and
 /// returns its handle at once. A thread whose priority cannot be lowered
 /// runs at its caller's.
 pub fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> Result<std::thread::JoinHandle<()>, Error> {
+    spawn_at(name, Priority::Low, work)
+}
+
+/// [`spawn`] at `priority`.
+pub fn spawn_at(
+    name: &str,
+    priority: Priority,
+    work: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, Error> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
             let thread = rustix::thread::gettid();
-            if let Err(error) = rustix::process::setpriority_process(Some(thread), BACKGROUND_NICE) {
+            if priority == Priority::Low
+                && let Err(error) = rustix::process::setpriority_process(Some(thread), BACKGROUND_NICE)
+            {
                 tracing::debug!(%error, "could not lower a background thread's priority");
             }
             work();
@@ -90,8 +111,17 @@ pub async fn run<T: Send + 'static>(
     name: &str,
     work: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
+    run_at(name, Priority::Low, work).await
+}
+
+/// [`run`] at `priority`.
+pub async fn run_at<T: Send + 'static>(
+    name: &str,
+    priority: Priority,
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
     let (done, result) = tokio::sync::oneshot::channel();
-    spawn(name, move || {
+    spawn_at(name, priority, move || {
         let _ = done.send(work());
     })?;
     result.await.unwrap_or_else(|_| Err(Error::Corrupt("a background thread failed".into())))
@@ -118,6 +148,13 @@ mod tests {
         assert_eq!(priority(), outer, "the calling thread keeps its priority");
         let failed: Result<(), Error> = run("hookraft-test", || Err(Error::Corrupt("boom".into()))).await;
         assert!(matches!(failed, Err(Error::Corrupt(detail)) if detail == "boom"), "an error comes back as it was");
+    }
+
+    #[tokio::test]
+    async fn work_at_the_callers_priority_keeps_it() {
+        let outer = priority();
+        let inner = run_at("hookraft-test", Priority::Callers, move || Ok(priority())).await.expect("runs");
+        assert_eq!(inner, outer);
     }
 
     #[test]

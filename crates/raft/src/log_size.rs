@@ -41,6 +41,10 @@ pub const SNAPSHOT_LOG_BYTES_MIN: u64 = 64 << 20;
 /// Encoded bytes of finished history held in memory that always justify a
 /// snapshot (which moves them to the history store).
 pub const SNAPSHOT_HISTORY_BYTES_MIN: u64 = 32 << 20;
+/// Finished history held in memory past which snapshots fell behind: a
+/// snapshot then commits at its caller's priority, unpaced, rather than
+/// at a low priority resting as long as it works (design note 65).
+pub const SNAPSHOT_CATCH_UP_BYTES: u64 = 4 * SNAPSHOT_HISTORY_BYTES_MIN;
 /// The log past the last snapshot may hold this fraction (1/N) of the last
 /// snapshot's size before the next one, when that is more than the minimum.
 pub const SNAPSHOT_LOG_FRACTION_DIVISOR: u64 = 4;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::background::{self, Pace};
+use crate::background::{self, Pace, Priority};
 use crate::codec::{decode, encode, encode_into};
 use crate::disk::{Batch, Disk, FileSlot, KvTree};
 use crate::state_store::{PinnedExport, StateStore};
@@ -215,18 +215,25 @@ impl SnapshotStore {
         }
     }
 
-    /// Like [`Self::off_runtime`], but on a thread of its own at a lower
-    /// priority, handed a [`Pace`] that rests ([`crate::background`]): a
-    /// snapshot's encoding, which nothing waits for but the next snapshot.
-    /// In memory `work` runs in place, with a pace that never rests.
+    /// Like [`Self::off_runtime`], but on a thread of its own: at
+    /// [`Priority::Low`] a lower priority, handed a [`Pace`] that rests
+    /// ([`crate::background`]): a snapshot's encoding, which nothing waits
+    /// for but the next snapshot; at [`Priority::Callers`] the caller's,
+    /// with a pace that never rests: a snapshot that fell behind what
+    /// finishes, which the memory waits for. In memory `work` runs in
+    /// place, with a pace that never rests.
     pub(crate) async fn in_background<T: Send + 'static>(
         &self,
+        priority: Priority,
         work: impl FnOnce(Pace) -> Result<T, Error> + Send + 'static,
     ) -> Result<T, Error> {
         if !self.store.blocks() {
             return work(Pace::off());
         }
-        background::run("hookraft-snapshot", move || work(Pace::on())).await
+        match priority {
+            Priority::Low => background::run("hookraft-snapshot", move || work(Pace::on())).await,
+            Priority::Callers => background::run_at("hookraft-snapshot", priority, move || work(Pace::off())).await,
+        }
     }
 
     /// The state store's last commit: the snapshot's metadata and payload.
@@ -490,10 +497,13 @@ mod tests {
         let disk = crate::SledDisk::open(dir.path()).expect("opens");
         let (store, _) = SnapshotStore::open(&disk).expect("opens");
         let thread = |_| Ok(std::thread::current().name().map(str::to_owned));
-        assert_eq!(store.in_background(thread).await.expect("runs").as_deref(), Some("hookraft-snapshot"));
+        assert_eq!(
+            store.in_background(Priority::Low, thread).await.expect("runs").as_deref(),
+            Some("hookraft-snapshot")
+        );
         let (in_memory, _) = SnapshotStore::open(&crate::MemDisk::new()).expect("opens");
         let caller = std::thread::current().name().map(str::to_owned);
-        assert_eq!(in_memory.in_background(thread).await.expect("runs"), caller);
+        assert_eq!(in_memory.in_background(Priority::Low, thread).await.expect("runs"), caller);
     }
 
     fn commit_at(store: &SnapshotStore, index: u64, state: &ClusterState) -> Vec<u8> {

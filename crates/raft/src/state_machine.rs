@@ -244,7 +244,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let waited = started.elapsed();
         let stored = save.stored_index();
         let counter = self.snapshots_built.fetch_add(1, Ordering::Relaxed) + 1;
-        let (meta, state, flush) = {
+        let (meta, state, flush, priority) = {
             let mut applied = self.write().map_err(state_error(ErrorVerb::Read))?;
             let meta = SnapshotMeta {
                 last_log_id: applied.last_applied,
@@ -256,8 +256,15 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 tracing::debug!(dropped = %meta, "a newer snapshot is already stored");
                 return Ok(Snapshot { meta, snapshot: Box::new(SnapshotData::Memory(Default::default())) });
             }
+            // A history this large in memory means snapshots fell behind
+            // what finishes: this one runs at the caller's priority, unpaced.
+            let priority = if applied.state.history().held_bytes() >= crate::log_size::SNAPSHOT_CATCH_UP_BYTES {
+                crate::background::Priority::Callers
+            } else {
+                crate::background::Priority::Low
+            };
             let flush = applied.state.seal_history();
-            (meta, applied.state.clone(), flush)
+            (meta, applied.state.clone(), flush, priority)
         };
         drop(gate);
         let cloned = started.elapsed();
@@ -266,7 +273,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let encoding = meta.clone();
         let (bytes, rested) = self
             .snapshots
-            .in_background(move |mut pace| {
+            .in_background(priority, move |mut pace| {
                 let committed = snapshots.commit(&flush, &encoding, &state, &mut pace);
                 // Frees, on this thread, the chunks applies replaced meanwhile.
                 drop(state);
@@ -290,6 +297,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         tracing::info!(
             bytes,
             records,
+            catching_up = priority == crate::background::Priority::Callers,
             snapshot = %meta.snapshot_id,
             gate_wait_ms = waited.as_millis() as u64,
             applies_held_ms = (cloned - waited).as_millis() as u64,
