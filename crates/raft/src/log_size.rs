@@ -127,22 +127,37 @@ impl LogSizes {
     }
 }
 
+/// Wakes the snapshot task once a size it watches reaches the task's
+/// minimum for it (set by the task as it starts).
+#[derive(Debug, Clone)]
+struct Wake {
+    grown: Arc<Notify>,
+    from_bytes: Arc<AtomicU64>,
+}
+
+impl Wake {
+    fn from(bytes: u64) -> Self {
+        Self { grown: Arc::default(), from_bytes: Arc::new(AtomicU64::new(bytes)) }
+    }
+
+    /// Wakes the task if `bytes` reached the minimum.
+    fn if_reached(&self, bytes: u64) {
+        if bytes >= self.from_bytes.load(Ordering::Relaxed) {
+            self.grown.notify_one();
+        }
+    }
+}
+
 /// The log store's sizes, shared with the task that acts on them.
 #[derive(Debug, Clone)]
 pub struct LogSizeWatch {
     sizes: Arc<Mutex<LogSizes>>,
-    grown: Arc<Notify>,
-    /// The log's size from which appends wake the task.
-    wake_from_bytes: Arc<AtomicU64>,
+    wake: Wake,
 }
 
 impl Default for LogSizeWatch {
     fn default() -> Self {
-        Self {
-            sizes: Arc::default(),
-            grown: Arc::default(),
-            wake_from_bytes: Arc::new(AtomicU64::new(SNAPSHOT_LOG_BYTES_MIN)),
-        }
+        Self { sizes: Arc::default(), wake: Wake::from(SNAPSHOT_LOG_BYTES_MIN) }
     }
 }
 
@@ -155,9 +170,7 @@ impl LogSizeWatch {
     /// Called by the log store after an append: wakes the task once the log
     /// is large enough for a snapshot to be worth considering.
     pub(crate) fn after_append(&self, total: u64) {
-        if total >= self.wake_from_bytes.load(Ordering::Relaxed) {
-            self.grown.notify_one();
-        }
+        self.wake.if_reached(total);
     }
 
     /// Bytes of the entries after `index`.
@@ -172,18 +185,12 @@ impl LogSizeWatch {
 #[derive(Debug, Clone)]
 pub struct HistoryWatch {
     held_bytes: Arc<AtomicU64>,
-    grown: Arc<Notify>,
-    /// The history's size from which applies wake the task.
-    wake_from_bytes: Arc<AtomicU64>,
+    wake: Wake,
 }
 
 impl Default for HistoryWatch {
     fn default() -> Self {
-        Self {
-            held_bytes: Arc::default(),
-            grown: Arc::default(),
-            wake_from_bytes: Arc::new(AtomicU64::new(SNAPSHOT_HISTORY_BYTES_MIN)),
-        }
+        Self { held_bytes: Arc::default(), wake: Wake::from(SNAPSHOT_HISTORY_BYTES_MIN) }
     }
 }
 
@@ -192,9 +199,7 @@ impl HistoryWatch {
     /// in memory: wakes the task once they are worth a snapshot.
     pub(crate) fn applied(&self, held_bytes: u64) {
         self.held_bytes.store(held_bytes, Ordering::Relaxed);
-        if held_bytes >= self.wake_from_bytes.load(Ordering::Relaxed) {
-            self.grown.notify_one();
-        }
+        self.wake.if_reached(held_bytes);
     }
 
     /// Encoded bytes of finished history in memory after the last apply.
@@ -247,15 +252,15 @@ pub async fn snapshot_when_log_grows(
     min: SnapshotMinimums,
     mut stop: watch::Receiver<bool>,
 ) {
-    log.wake_from_bytes.store(min.log_bytes, Ordering::Relaxed);
-    history.wake_from_bytes.store(min.history_bytes, Ordering::Relaxed);
+    log.wake.from_bytes.store(min.log_bytes, Ordering::Relaxed);
+    history.wake.from_bytes.store(min.history_bytes, Ordering::Relaxed);
     // The snapshot index at which a snapshot was last asked for: another is
     // asked for only after that one (or any later one) was built.
     let mut asked_after: Option<Option<u64>> = None;
     loop {
         tokio::select! {
-            () = log.grown.notified() => {}
-            () = history.grown.notified() => {}
+            () = log.wake.grown.notified() => {}
+            () = history.wake.grown.notified() => {}
             _ = stop.wait_for(|stopped| *stopped) => return,
         }
         let snapshot_index = {

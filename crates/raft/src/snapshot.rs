@@ -230,10 +230,11 @@ impl SnapshotStore {
         if !self.store.blocks() {
             return work(Pace::off());
         }
-        match priority {
-            Priority::Low => background::run("hookraft-snapshot", move || work(Pace::on())).await,
-            Priority::Callers => background::run_at("hookraft-snapshot", priority, move || work(Pace::off())).await,
-        }
+        let pace = match priority {
+            Priority::Low => Pace::on,
+            Priority::Callers => Pace::off,
+        };
+        background::run_at("hookraft-snapshot", priority, move || work(pace())).await
     }
 
     /// The state store's last commit: the snapshot's metadata and payload.
