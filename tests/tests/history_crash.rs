@@ -9,6 +9,9 @@
 //! Replicas are compared through the API: each node answers reads from its
 //! own state, so listing every delivery on each node and comparing their
 //! states and timelines compares what each replica holds.
+//!
+//! And a node whose history outgrows its cache (`--history-cache`) reads
+//! every old event back from the store; a cache too small is refused.
 #![allow(clippy::disallowed_methods, reason = "an end-to-end test waits in real time")]
 
 use std::collections::BTreeMap;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use hookraft_tests::{
     ClusterOptions, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, TestNode, eventually,
-    list_deliveries, register_endpoint, send_event, wait_for,
+    list_deliveries, locate_hookraft_binary, register_endpoint, send_event, wait_for,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -207,4 +210,48 @@ async fn a_node_killed_while_installing_a_snapshot_restarts_and_ends_with_the_sa
     assert_eq!(history.len(), EVENTS + small);
     assert!(!import.exists(), "the restart removed the cut-short import, and the next one finished");
     assert_events_readable(cluster.node(4), &events, PADDING).await;
+}
+
+/// `name` of `node`'s `/metrics`.
+async fn metric(node: &TestNode, name: &str) -> Option<f64> {
+    let metrics = node.request(Method::GET, "/metrics").send().await.ok()?.text().await.ok()?;
+    hookraft_tests::cluster::parse_metric(&metrics, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_the_smallest_history_cache_reads_a_history_four_times_its_size_from_the_store() {
+    // 4 MB of payloads against a cache of 1 MiB.
+    const EVENTS: usize = 40;
+    const PADDING: usize = 100_000;
+    let receiver = ScriptedReceiver::start().await;
+    let options = NodeOptions::default().args(["--history-cache", "1MiB", "--snapshot-every", "10"]);
+    let mut node = TestNode::start_with(options).await;
+    assert!(node.log_tail(200).contains("history store cache bytes=1048576"), "{}", node.log_tail(50));
+    register_endpoint(&node, &json!({"url": receiver.url("ok"), "retry": retry()})).await;
+    let events = post_events(&node, EVENTS, PADDING).await;
+    // Delivered, then moved out of memory by a snapshot: what stays in
+    // memory is far less than the history, which is all in the store.
+    wait_for(DEADLINE, POLL_INTERVAL, "the history to move into the store", async || {
+        let history = metric(&node, "hookraft_history_bytes").await.unwrap_or(0.0);
+        let in_memory = metric(&node, "hookraft_retained_bytes").await.unwrap_or(f64::MAX);
+        let pending = metric(&node, "hookraft_pending_deliveries").await.unwrap_or(f64::MAX);
+        let moved = pending == 0.0 && history >= (EVENTS * PADDING) as f64 && in_memory < history / 10.0;
+        if moved { Ok(()) } else { Err(format!("history {history} B, in memory {in_memory} B, pending {pending}")) }
+    })
+    .await;
+    assert_events_readable(&node, &events, PADDING).await;
+    node.restart().await;
+    assert_events_readable(&node, &events, PADDING).await;
+}
+
+#[tokio::test]
+async fn a_history_cache_under_a_mebibyte_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut command = tokio::process::Command::new(locate_hookraft_binary());
+    command.args(["serve", "--listen", "127.0.0.1:0", "--history-cache", "512KiB", "--data-dir"]).arg(dir.path());
+    let output = command.output().await.expect("run hookraft serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a node started with a 512 KiB history cache: {stderr}");
+    assert!(stderr.contains("--history-cache") && stderr.contains("at least 1MiB"), "{stderr}");
+    assert!(!dir.path().join("raft").exists(), "refused before it opened a store");
 }

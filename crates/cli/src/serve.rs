@@ -104,6 +104,12 @@ pub struct ServeArgs {
     #[arg(long, env = "HOOKRAFT_METRICS_TOP_ENDPOINTS", default_value_t = hookraft_node::config::METRICS_TOP_ENDPOINTS_DEFAULT,
           value_parser = clap::value_parser!(u16).range(0..=i64::from(hookraft_node::config::METRICS_TOP_ENDPOINTS_MAX)))]
     metrics_top_endpoints: u16,
+    /// Pages of the history store (the finished events, on disk) kept in
+    /// memory: `16MiB`, `256MiB`, at least `1MiB`. Reads of old events
+    /// that miss it go to the file (and the OS's page cache).
+    #[arg(long, env = "HOOKRAFT_HISTORY_CACHE", value_parser = hookraft_node::config::parse_history_cache,
+          default_value = hookraft_node::config::HISTORY_CACHE_DEFAULT)]
+    history_cache: usize,
 }
 
 impl ServeArgs {
@@ -183,6 +189,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.api_token = args.api_token;
     config.allow_private_targets = args.allow_private_targets;
     config.metrics_top_endpoints = usize::from(args.metrics_top_endpoints);
+    config.history_cache_bytes = args.history_cache;
     let machine = machine_memory();
     let (max_pending, memory_budget) = hookraft_node::config::default_budgets(machine);
     config.memory_budget_bytes = args.memory_budget.unwrap_or(memory_budget);
@@ -197,6 +204,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
         memory_budget = config.memory_budget_bytes,
         "ingest budgets"
     );
+    tracing::info!(bytes = config.history_cache_bytes, "history store cache");
     config.keyring = match (&args.keyring, &args.keyring_text) {
         (Some(path), _) => Some(Arc::new(hookraft_node::keyring::load(path).map_err(anyhow::Error::msg)?)),
         (None, Some(text)) => {

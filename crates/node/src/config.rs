@@ -56,6 +56,8 @@ pub struct NodeConfig {
     /// for in `/metrics` (the most attempted); the rest are summed as
     /// `endpoint="other"`. At most `hookraft_api::metrics::TOP_ENDPOINTS_MAX`.
     pub metrics_top_endpoints: usize,
+    /// The page cache of the history store (finished events on disk).
+    pub history_cache_bytes: usize,
 }
 
 /// Entries applied between two snapshots unless `--snapshot-every` says otherwise.
@@ -65,6 +67,9 @@ pub const SNAPSHOT_EVERY_ENTRIES_DEFAULT: u64 = hookraft_raft::SNAPSHOT_EVERY_EN
 /// `--metrics-top-endpoints` says otherwise, and the most it may say.
 pub const METRICS_TOP_ENDPOINTS_DEFAULT: u16 = hookraft_api::metrics::TOP_ENDPOINTS_DEFAULT as u16;
 pub const METRICS_TOP_ENDPOINTS_MAX: u16 = hookraft_api::metrics::TOP_ENDPOINTS_MAX as u16;
+
+/// `--history-cache` unless given: [`hookraft_raft::HISTORY_CACHE_BYTES_DEFAULT`].
+pub const HISTORY_CACHE_DEFAULT: &str = "64MiB";
 
 /// Default lease (ARCHITECTURE §5.2).
 pub const LEASE_MS_DEFAULT: u64 = 6_000;
@@ -91,6 +96,7 @@ impl NodeConfig {
             memory_budget_bytes: u64::MAX,
             keyring: None,
             metrics_top_endpoints: hookraft_api::metrics::TOP_ENDPOINTS_DEFAULT,
+            history_cache_bytes: hookraft_raft::HISTORY_CACHE_BYTES_DEFAULT,
         }
     }
 
@@ -221,6 +227,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// The smallest history cache `--history-cache` accepts: below it, even
+/// the tables' roots would be read from the file again and again.
+pub const HISTORY_CACHE_BYTES_MIN: u64 = 1 << 20;
+
+/// Parses `--history-cache`: a size ([`parse_size`]) of at least
+/// [`HISTORY_CACHE_BYTES_MIN`].
+pub fn parse_history_cache(text: &str) -> Result<usize, String> {
+    let bytes = parse_size(text)?;
+    if bytes < HISTORY_CACHE_BYTES_MIN {
+        return Err(format!("a history cache of `{}` is too small: give at least 1MiB", text.trim()));
+    }
+    usize::try_from(bytes).map_err(|_| format!("a history cache of `{}` does not fit this machine", text.trim()))
+}
+
 /// Parses `1=host:port,2=host:port`.
 pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
     let mut peers = BTreeMap::new();
@@ -270,6 +290,18 @@ mod tests {
         {
             assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    #[test]
+    fn a_history_cache_is_a_size_of_a_mebibyte_at_least() {
+        assert_eq!(parse_history_cache("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_history_cache("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_history_cache("1G"), Ok(1_000_000_000));
+        let small = parse_history_cache("512KiB").expect_err("under a mebibyte");
+        assert!(small.contains("at least 1MiB"), "{small}");
+        assert!(parse_history_cache("0").is_err());
+        assert!(parse_history_cache("lots").expect_err("not a size").contains("is not a size"));
+        assert_eq!(parse_history_cache(HISTORY_CACHE_DEFAULT), Ok(hookraft_raft::HISTORY_CACHE_BYTES_DEFAULT));
     }
 
     #[test]

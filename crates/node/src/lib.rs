@@ -104,7 +104,7 @@ impl Node {
         let backend = match &io.storage {
             Storage::Sled(dir) => {
                 std::fs::create_dir_all(dir)?;
-                hookraft_raft::Backend::Sled(dir.join("raft"))
+                hookraft_raft::Backend::Sled { path: dir.join("raft"), history_cache_bytes: config.history_cache_bytes }
             }
             Storage::Memory(disk) => hookraft_raft::Backend::Memory(disk.clone()),
         };

@@ -73,7 +73,7 @@ async fn main() {
     for round in 1..=ROUNDS {
         // Inside the call: remove the range, then flush.
         let dir = tempfile::tempdir().expect("temp dir");
-        fill(&Backend::Sled(dir.path().to_path_buf())).await;
+        fill(&Backend::sled(dir.path())).await;
         let disk = SledDisk::open(dir.path()).expect("reopen");
         let tree = disk.open_tree("raft_log").expect("log tree");
         let started = Instant::now();
@@ -84,7 +84,7 @@ async fn main() {
 
         // `purge` now: the purge point, then a background removal.
         let dir = tempfile::tempdir().expect("temp dir");
-        fill(&Backend::Sled(dir.path().to_path_buf())).await;
+        fill(&Backend::sled(dir.path())).await;
         let disk = SledDisk::open(dir.path()).expect("reopen");
         let mut store = LogStore::open(&disk).expect("open the log");
         let tree = disk.open_tree("raft_log").expect("log tree");

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::dir_file::DirFile;
 use crate::group_commit::GroupCommit;
+use crate::history_store::HISTORY_CACHE_BYTES_DEFAULT;
 use crate::state_store::{RedbStateStore, StateStore};
 
 /// The file in a sled 0.34 database directory that holds its pages.
@@ -197,6 +198,8 @@ pub struct SledDisk {
     group_commit: GroupCommit,
     /// Only names the disk in errors.
     path: PathBuf,
+    /// The page cache of the state store beside the database.
+    history_cache_bytes: usize,
 }
 
 impl SledDisk {
@@ -228,7 +231,15 @@ impl SledDisk {
         let data_file = std::fs::File::open(&data_path)
             .map_err(|e| Error::Sync(format!("cannot open {}: {e}", data_path.display())))?;
         let group_commit = GroupCommit::new(db.clone(), data_file, path.join(SLED_BLOBS_DIR));
-        Ok(Self { group_commit, db, path: path.to_path_buf() })
+        Ok(Self { group_commit, db, path: path.to_path_buf(), history_cache_bytes: HISTORY_CACHE_BYTES_DEFAULT })
+    }
+
+    /// The state store this disk opens ([`Disk::open_state_store`]) keeps
+    /// a page cache of `bytes` (else [`HISTORY_CACHE_BYTES_DEFAULT`]).
+    #[must_use]
+    pub fn with_history_cache(mut self, bytes: usize) -> Self {
+        self.history_cache_bytes = bytes;
+        self
     }
 }
 
@@ -281,7 +292,7 @@ impl Disk for SledDisk {
 
     /// One redb file in the database's directory.
     fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
-        Ok(Arc::new(RedbStateStore::open(&self.path)?))
+        Ok(Arc::new(RedbStateStore::open(&self.path, self.history_cache_bytes)?))
     }
 
     fn describe(&self) -> String {

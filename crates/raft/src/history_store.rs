@@ -54,10 +54,9 @@ use sha2::{Digest, Sha256};
 use crate::Error;
 use crate::dir_file::{parent_dir, rename_durably, sync_dir};
 
-/// The cache redb keeps of the file's pages: 64 MiB, the setting
-/// docs/store-choice.md measured redb with (the whole process stayed under
-/// 280 MiB through appends, reads under writes and a full scan).
-pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+/// The cache redb keeps of the file's pages unless the node is told
+/// otherwise (`hookraft serve --history-cache`).
+pub const HISTORY_CACHE_BYTES_DEFAULT: usize = 64 << 20;
 
 /// The largest piece of the encoded state one row holds.
 pub const STATE_CHUNK_BYTES: usize = 1 << 20;
@@ -375,7 +374,7 @@ fn begin_write(db: &redb::Database, durability: Durability) -> Result<redb::Writ
 impl RedbHistory {
     /// Opens the store at `path`, creating the file and its tables on the
     /// first open. `cache_bytes` bounds redb's page cache
-    /// ([`DEFAULT_CACHE_BYTES`] unless measured otherwise).
+    /// ([`HISTORY_CACHE_BYTES_DEFAULT`] unless measured otherwise).
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self, Error> {
         let db = redb::Database::builder().set_cache_size(cache_bytes).create(path)?;
         let tx = begin_write(&db, Durability::Immediate)?;

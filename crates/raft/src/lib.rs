@@ -79,7 +79,7 @@ pub use hookraft_core::{ClusterState, Command, Response};
 
 pub use disk::{Batch, BatchOp, Disk, FileSlot, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
-pub use history_store::{HistoryView, RedbHistory};
+pub use history_store::{HISTORY_CACHE_BYTES_DEFAULT, HistoryView, RedbHistory};
 pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
 pub use log_command::LogCommand;
 pub use log_store::{LogStore, SledLogStore};
@@ -152,10 +152,20 @@ pub fn known_leader(metrics: &RaftMetrics) -> Option<NodeId> {
 /// Where a node keeps its Raft store.
 #[derive(Debug, Clone)]
 pub enum Backend {
-    /// A sled database in this directory (production).
-    Sled(PathBuf),
+    /// A sled database in the directory `path` (production), the history
+    /// store's redb file beside it with a page cache of
+    /// `history_cache_bytes`.
+    Sled { path: PathBuf, history_cache_bytes: usize },
     /// An in-memory disk (simulation). Keep a clone to crash it.
     Memory(MemDisk),
+}
+
+impl Backend {
+    /// A sled database in `path`, the history store's cache at its default
+    /// size ([`HISTORY_CACHE_BYTES_DEFAULT`]).
+    pub fn sled(path: impl Into<PathBuf>) -> Self {
+        Self::Sled { path: path.into(), history_cache_bytes: HISTORY_CACHE_BYTES_DEFAULT }
+    }
 }
 
 /// Opens (or creates) the Raft store on `backend`: the log, the vote and the
@@ -174,7 +184,9 @@ pub fn open(
     observer: Option<Arc<dyn ApplyObserver>>,
 ) -> Result<(LogStore, StateMachineStore, StateHandle), Error> {
     match backend {
-        Backend::Sled(path) => open_disk(&SledDisk::open(path)?, observer),
+        Backend::Sled { path, history_cache_bytes } => {
+            open_disk(&SledDisk::open(path)?.with_history_cache(*history_cache_bytes), observer)
+        }
         Backend::Memory(disk) => open_disk(disk, observer),
     }
 }
@@ -198,5 +210,5 @@ pub fn open_sled(
     path: &Path,
     observer: Option<Arc<dyn ApplyObserver>>,
 ) -> Result<(LogStore, StateMachineStore, StateHandle), Error> {
-    open(&Backend::Sled(path.to_path_buf()), observer)
+    open(&Backend::sled(path), observer)
 }

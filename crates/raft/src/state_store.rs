@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::disk::{LOCK_RELEASE_GRACE, LOCK_RETRY_PAUSE};
-use crate::history_store::{DEFAULT_CACHE_BYTES, RedbHistory};
+use crate::history_store::RedbHistory;
 use crate::snapshot_data::Spool;
 
 /// Writes the encoded state into the writer a commit hands it.
@@ -118,6 +118,8 @@ const SPOOL_PREFIX: &str = "hookraft-snapshot-spool.";
 /// The state store in one redb file ([`RedbHistory`]).
 pub struct RedbStateStore {
     dir: PathBuf,
+    /// redb's page cache, of the file open and of each import.
+    cache_bytes: usize,
     /// Replaced whole by an import; states attached before go on reading
     /// the file they were attached to until they are dropped.
     current: RwLock<Arc<RedbHistory>>,
@@ -128,14 +130,15 @@ impl RedbStateStore {
     /// open. An import a crash cut short is removed. The file stays open,
     /// and locked, while any state attached to it lives (a clone of one
     /// too): a process reopening the directory drops those first.
-    pub fn open(dir: &Path) -> Result<Self, Error> {
+    /// `cache_bytes` bounds redb's page cache.
+    pub fn open(dir: &Path, cache_bytes: usize) -> Result<Self, Error> {
         remove_leftover_import(dir)?;
         remove_leftover_spools(dir)?;
         // As sled's lock, redb's outlives a store dropped a moment ago (by
         // a node stopping in this process): wait for it as sled's is.
         let mut waited = std::time::Duration::ZERO;
         let history = loop {
-            match RedbHistory::open(&dir.join(STATE_STORE_FILE), DEFAULT_CACHE_BYTES) {
+            match RedbHistory::open(&dir.join(STATE_STORE_FILE), cache_bytes) {
                 Err(Error::Redb(redb::Error::DatabaseAlreadyOpen)) if waited < LOCK_RELEASE_GRACE => {
                     std::thread::sleep(LOCK_RETRY_PAUSE);
                     waited += LOCK_RETRY_PAUSE;
@@ -143,7 +146,7 @@ impl RedbStateStore {
                 opened => break opened?,
             }
         };
-        Ok(Self { dir: dir.to_path_buf(), current: RwLock::new(Arc::new(history)) })
+        Ok(Self { dir: dir.to_path_buf(), cache_bytes, current: RwLock::new(Arc::new(history)) })
     }
 
     fn current(&self) -> Arc<RedbHistory> {
@@ -200,7 +203,7 @@ impl StateStore for RedbStateStore {
 
     fn import(&self, input: &mut dyn Read) -> Result<(), Error> {
         let incoming = remove_leftover_import(&self.dir)?;
-        let imported = RedbHistory::import(input, &incoming, DEFAULT_CACHE_BYTES)?;
+        let imported = RedbHistory::import(input, &incoming, self.cache_bytes)?;
         if imported.view()?.applied()?.is_none() {
             drop(imported);
             let _ = std::fs::remove_file(&incoming);
@@ -322,6 +325,7 @@ impl StateStore for MemStateStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history_store::HISTORY_CACHE_BYTES_DEFAULT;
 
     fn names(dir: &Path) -> Vec<String> {
         let listed = std::fs::read_dir(dir).expect("lists").flatten();
@@ -331,7 +335,7 @@ mod tests {
     #[test]
     fn a_spool_has_no_name_and_what_a_crash_left_of_one_is_removed_at_open() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = RedbStateStore::open(dir.path()).expect("opens");
+        let store = RedbStateStore::open(dir.path(), HISTORY_CACHE_BYTES_DEFAULT).expect("opens");
         let mut spool = store.spool().expect("a spool");
         assert!(matches!(spool, Spool::File(_)));
         spool.write_all(b"chunk").expect("writes");
@@ -344,7 +348,7 @@ mod tests {
         std::fs::write(&leftover, b"half a snapshot").expect("writes");
         let other = dir.path().join("kept-by-someone-else");
         std::fs::write(&other, b"x").expect("writes");
-        drop(RedbStateStore::open(dir.path()).expect("reopens"));
+        drop(RedbStateStore::open(dir.path(), HISTORY_CACHE_BYTES_DEFAULT).expect("reopens"));
         assert!(!leftover.exists(), "the leftover spool is removed");
         assert!(other.exists(), "nothing else is");
     }

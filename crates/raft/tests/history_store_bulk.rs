@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::state::history_store::{Flush, HistoryStore, StoreCounts, StoredDelivery, StoredEvent};
-use hookraft_raft::history_store::{DEFAULT_CACHE_BYTES, RedbHistory};
+use hookraft_raft::history_store::{HISTORY_CACHE_BYTES_DEFAULT, RedbHistory};
 
 /// The tests here measure the process: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -58,7 +58,7 @@ fn export_to(store: &RedbHistory, path: &Path) -> u64 {
 
 fn import_from(stream: &Path, path: &Path) -> RedbHistory {
     let mut file = BufReader::new(std::fs::File::open(stream).expect("opens"));
-    RedbHistory::import(&mut file, path, DEFAULT_CACHE_BYTES).expect("imports")
+    RedbHistory::import(&mut file, path, HISTORY_CACHE_BYTES_DEFAULT).expect("imports")
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn an_import_of_200_mb_stays_within_modest_memory() {
 fn timings_of_flush_export_and_import() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = RedbHistory::open(&dir.path().join("history.redb"), DEFAULT_CACHE_BYTES).expect("opens");
+    let store = RedbHistory::open(&dir.path().join("history.redb"), HISTORY_CACHE_BYTES_DEFAULT).expect("opens");
     let state = vec![7u8; 4 << 20];
     let mut flushes = Vec::new();
     for step in 0..10 {

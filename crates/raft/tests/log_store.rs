@@ -73,7 +73,7 @@ async fn log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(backen
 #[tokio::test]
 async fn sled_log_vote_and_committed_survive_a_reopen_after_truncate_and_purge() {
     let dir = tempfile::tempdir().expect("tempdir");
-    log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(&Backend::Sled(dir.path().to_path_buf())).await;
+    log_vote_and_committed_survive_a_reopen_after_truncate_and_purge(&Backend::sled(dir.path())).await;
 }
 
 #[tokio::test]
@@ -84,7 +84,7 @@ async fn memory_log_vote_and_committed_survive_a_crash_after_truncate_and_purge(
 #[tokio::test]
 async fn purging_every_entry_keeps_the_purge_point_as_last_log_id() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut store = open_log(&Backend::Sled(dir.path().to_path_buf()));
+    let mut store = open_log(&Backend::sled(dir.path()));
     store.blocking_append((0..5).map(|i| entry(1, i))).await.expect("append");
     store.purge(log_id(1, 4)).await.expect("purge");
     let state = store.get_log_state().await.expect("log state");

@@ -147,7 +147,7 @@ async fn state_after_restart_equals_state_before_from_snapshot_plus_log(backend:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sled_state_after_restart_equals_state_before_from_snapshot_plus_log() {
     let dir = tempfile::tempdir().expect("tempdir");
-    state_after_restart_equals_state_before_from_snapshot_plus_log(&Backend::Sled(dir.path().to_path_buf())).await;
+    state_after_restart_equals_state_before_from_snapshot_plus_log(&Backend::sled(dir.path())).await;
 }
 
 /// As a simulation runs it: one thread, a seeded generator, no sled.

@@ -22,7 +22,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledStor
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
         let dir =
             tempfile::tempdir().map_err(|e| StorageError::from_io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
-        let (log_store, state_machine) = open_stores(&Backend::Sled(dir.path().to_path_buf())).map_err(|e| *e)?;
+        let (log_store, state_machine) = open_stores(&Backend::sled(dir.path())).map_err(|e| *e)?;
         Ok((dir, log_store, state_machine))
     }
 }

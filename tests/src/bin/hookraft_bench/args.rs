@@ -81,6 +81,9 @@ pub struct Args {
     /// Each node's `--memory-budget` (`512MiB`, `2G`) [default: the node's].
     #[arg(long)]
     pub memory_budget: Option<String>,
+    /// Each node's `--history-cache` (`16MiB`) [default: the node's].
+    #[arg(long)]
+    pub history_cache: Option<String>,
     /// Each node's `--keyring`: payloads sealed under its active key.
     #[arg(long, conflicts_with = "encrypt")]
     pub keyring: Option<PathBuf>,
@@ -123,6 +126,9 @@ impl Args {
         if let Some(budget) = &self.memory_budget {
             args.push(format!("--memory-budget={budget}"));
         }
+        if let Some(cache) = &self.history_cache {
+            args.push(format!("--history-cache={cache}"));
+        }
         if let Some(keyring) = &self.keyring {
             args.push(format!("--keyring={}", keyring.display()));
         }
@@ -163,6 +169,7 @@ impl Args {
             join: self.join,
             delivery_deadline: Duration::from_secs(self.delivery_deadline_s),
             node_args: self.node_args(),
+            keep_logs: self.keep_logs.clone(),
         }
     }
 

@@ -48,6 +48,12 @@ pub const RSS_RATIO_BOUND: f64 = 1.2;
 pub const READ_P99_BOUND_MS: f64 = 5.0;
 /// How long a read may take before it counts as failed.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the node's RSS is sampled through a steady phase.
+const RSS_EVERY: Duration = Duration::from_secs(1);
+/// The end of a steady phase whose RSS samples are judged: one sample at
+/// the end moves by 15-20% with a snapshot's buffers in flight, the
+/// median of a minute's does not.
+const RSS_JUDGED_WINDOW: Duration = Duration::from_secs(60);
 
 /// A small deterministic generator (splitmix64): the reservoir and the
 /// reader need uniform picks, not secrecy, and a seed makes a run's
@@ -121,8 +127,19 @@ pub struct Judged {
     pub pass: bool,
 }
 
-/// The node's RSS with the history over its RSS without, at the end of
-/// each steady phase: at most `bound` passes.
+/// The median of the samples (MiB) taken within `window` of the last one:
+/// what a node held at the end of a phase. `None` without samples.
+pub fn settled_rss(samples: &[(Duration, f64)], window: Duration) -> Option<f64> {
+    let &(last, _) = samples.last()?;
+    let mut within: Vec<f64> =
+        samples.iter().filter(|(at, _)| last.saturating_sub(*at) <= window).map(|&(_, mib)| mib).collect();
+    within.sort_by(f64::total_cmp);
+    let mid = within.len() / 2;
+    Some(if within.len() % 2 == 1 { within[mid] } else { (within[mid - 1] + within[mid]) / 2.0 })
+}
+
+/// The node's RSS with the history over its RSS without, in the last
+/// minute of each steady phase ([`settled_rss`]): at most `bound` passes.
 pub fn rss_ratio(with_mib: Option<f64>, without_mib: Option<f64>, bound: f64) -> Judged {
     let value = with_mib.zip(without_mib.filter(|&w| w > 0.0)).map(|(with, without)| with / without);
     Judged { value, bound, pass: value.is_some_and(|r| r <= bound) }
@@ -176,6 +193,11 @@ pub struct Steady {
     pub lost: usize,
     pub rss_start_mib: Option<f64>,
     pub rss_end_mib: Option<f64>,
+    /// The median of the samples of the phase's last minute
+    /// ([`settled_rss`]): what the ratio judges.
+    pub rss_settled_mib: Option<f64>,
+    /// The highest sample of the phase.
+    pub rss_max_mib: Option<f64>,
     pub event_reads: Reads,
     pub delivery_reads: Reads,
 }
@@ -221,6 +243,9 @@ pub struct Plan {
     pub join: bool,
     pub delivery_deadline: Duration,
     pub node_args: Vec<String>,
+    /// Where each node's log is copied at the end of its phase
+    /// (`history-node1.log`; `history-empty-node1.log` without history).
+    pub keep_logs: Option<std::path::PathBuf>,
 }
 
 /// Runs the scenario: the phase with its history, then, if asked, the
@@ -234,7 +259,7 @@ pub async fn run(plan: &Plan, bin: &std::path::PathBuf) -> Result<HistoryFigures
     } else {
         None
     };
-    let rss_ratio = empty.as_ref().map(|e| rss_ratio(steady.rss_end_mib, e.rss_end_mib, RSS_RATIO_BOUND));
+    let rss_ratio = empty.as_ref().map(|e| rss_ratio(steady.rss_settled_mib, e.rss_settled_mib, RSS_RATIO_BOUND));
     let judge = |reads: &Reads| read_p99(reads.latency_ms.p99, reads.count, READ_P99_BOUND_MS);
     Ok(HistoryFigures {
         scenario: Scenario::History.name(),
@@ -318,8 +343,12 @@ async fn phase(
     let steady_start = origin.elapsed();
     let reads = (READS_PER_S * plan.duration.as_secs_f64()) as usize;
     let reader = tokio::spawn(read_randomly(deployment.urls(""), Arc::new(ids), reads));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = tokio::spawn(sample_rss(pid, sampling.clone()));
     let (accepted, not_accepted) = load::run(load, progress.clone()).await?;
     let rss_end_mib = rss_mib();
+    sampling.store(false, Ordering::Relaxed);
+    let rss_samples = sampler.await.context("the RSS sampler panicked")?;
     let (event_reads, delivery_reads) = reader.await.context("the reader panicked")?;
     let expected: Vec<(u32, &str)> = accepted
         .iter()
@@ -343,6 +372,8 @@ async fn phase(
         lost: expected.len() - delivered,
         rss_start_mib,
         rss_end_mib,
+        rss_settled_mib: settled_rss(&rss_samples, RSS_JUDGED_WINDOW),
+        rss_max_mib: rss_samples.iter().map(|&(_, mib)| mib).reduce(f64::max),
         event_reads,
         delivery_reads,
     };
@@ -353,7 +384,25 @@ async fn phase(
         }
         _ => None,
     };
+    if let Some(dir) = &plan.keep_logs {
+        deployment.keep_logs(dir, if history > 0 { "history" } else { "history-empty" })?;
+    }
     Ok((preload, steady, join))
+}
+
+/// Samples the RSS of `pid` every [`RSS_EVERY`] while `sampling` holds;
+/// returns each sample (MiB) with its time from the first.
+async fn sample_rss(pid: Option<u32>, sampling: Arc<AtomicBool>) -> Vec<(Duration, f64)> {
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut every = tokio::time::interval(RSS_EVERY);
+    while sampling.load(Ordering::Relaxed) {
+        every.tick().await;
+        if let Some(sample) = pid.and_then(crate::procstat::sample) {
+            samples.push((started.elapsed(), sample.rss_bytes as f64 / crate::MIB));
+        }
+    }
+    samples
 }
 
 /// Issues `reads` reads at [`READS_PER_S`], alternating an event and a
@@ -427,10 +476,10 @@ pub fn render(figures: &HistoryFigures) -> String {
     if let Some(ratio) = &figures.rss_ratio {
         let _ = writeln!(
             out,
-            "  history RSS: with / without {} (end of steady: {} / {}): {} (bound {:.1}x)",
+            "  history RSS: with / without {} (median of the steady's last minute: {} / {}): {} (bound {:.1}x)",
             ratio.value.map_or("-".to_owned(), |r| format!("{r:.2}x")),
-            mib(figures.steady.rss_end_mib),
-            mib(figures.empty.as_ref().and_then(|e| e.rss_end_mib)),
+            mib(figures.steady.rss_settled_mib),
+            mib(figures.empty.as_ref().and_then(|e| e.rss_settled_mib)),
             verdict(ratio),
             ratio.bound
         );
@@ -457,7 +506,14 @@ fn render_steady(name: &str, s: &Steady, out: &mut String) {
     );
     let _ = writeln!(out, "    ingest      {}", q(&s.ingest_latency_ms));
     let _ = writeln!(out, "    end-to-end  {}", q(&s.end_to_end_latency_ms));
-    let _ = writeln!(out, "    node RSS    start {}, end {}", mib(s.rss_start_mib), mib(s.rss_end_mib));
+    let _ = writeln!(
+        out,
+        "    node RSS    start {}, end {}, last minute's median {}, max {}",
+        mib(s.rss_start_mib),
+        mib(s.rss_end_mib),
+        mib(s.rss_settled_mib),
+        mib(s.rss_max_mib)
+    );
     for (what, reads) in [("event reads", &s.event_reads), ("deliveries ", &s.delivery_reads)] {
         if reads.count > 0 || reads.failed > 0 {
             let _ = writeln!(out, "    {what} {} ({} failed): {}", reads.count, reads.failed, q(&reads.latency_ms));
@@ -507,6 +563,16 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 1_000, "no item kept twice");
+    }
+
+    #[test]
+    fn the_settled_rss_is_the_median_of_the_last_window() {
+        let at = |s: u64, mib: f64| (Duration::from_secs(s), mib);
+        let samples = [at(0, 500.0), at(50, 300.0), at(100, 90.0), at(110, 140.0), at(120, 95.0)];
+        assert_eq!(settled_rss(&samples, Duration::from_secs(60)), Some(95.0), "the first two are older");
+        assert_eq!(settled_rss(&samples[..4], Duration::from_secs(60)), Some(140.0), "50 s is within 60 of 110");
+        assert_eq!(settled_rss(&samples[2..4], Duration::from_secs(60)), Some(115.0), "an even count's middle two");
+        assert_eq!(settled_rss(&[], Duration::from_secs(60)), None);
     }
 
     #[test]

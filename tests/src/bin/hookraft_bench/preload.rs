@@ -8,7 +8,7 @@
 //! memory that a node keeping its history over days never holds, and the
 //! figures after it would measure the allocator's memory of that backlog
 //! rather than the history's cost. The preload waits while more than
-//! [`PRELOAD_BACKLOG_MAX`] of its deliveries are not yet delivered.
+//! [`preload_backlog_max`] of its deliveries are not yet delivered.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,26 +25,43 @@ use crate::scenario::Scenario;
 
 /// Events per preload request at most: the node's batch limit.
 const PRELOAD_BATCH_MAX: usize = 1_000;
-/// What a preload request's body stays under: the node's body limit
-/// (1 MiB) less room for the batch's framing.
-const PRELOAD_BODY_BYTES: usize = 1_000_000;
+/// What a preload request's body stays under: below the node's body limit
+/// (1 MiB), and below the 512 KiB from which sled writes a log entry as a
+/// blob file of its own (those outlive their entries' purge for a while:
+/// a 10 GB preload of 1 MB batches left 32 GB of them).
+const PRELOAD_BODY_BYTES: usize = 400_000;
 /// An event's body beyond its payload: its type, its send time, quoting.
 const EVENT_OVERHEAD_BYTES: usize = 100;
 /// Concurrent preload requests: enough to keep the node's log busy, few
 /// enough that a thousand-event batch is not waiting behind many others.
 const PRELOAD_CONNECTIONS: usize = 4;
-/// Preloaded deliveries accepted but not yet delivered at most before the
-/// preload waits: a backlog of about 200 MB at 1 KB each.
-pub const PRELOAD_BACKLOG_MAX: u64 = 200_000;
+/// The bytes of preloaded deliveries accepted but not yet delivered at
+/// most before the preload waits: 50,000 deliveries of 200-byte payloads,
+/// 800 of 60 KB ones ([`preload_backlog_max`]). Several seconds of
+/// delivery at full speed, so delivering never waits for the preload;
+/// each snapshot writes the backlog again (at 200,000, 118 MB each time,
+/// and the history waiting for those snapshots took the node to 2 GiB).
+const PRELOAD_BACKLOG_BYTES: usize = 50_000_000;
+/// A pending delivery's bytes in memory beyond its payload: the event's
+/// record, the delivery's and their indexes (about 800 bytes).
+const PENDING_OVERHEAD_BYTES: usize = 800;
 /// How often a waiting preload looks at the backlog again.
 const BACKLOG_POLL: Duration = Duration::from_millis(20);
 /// Failed preload requests printed at most.
 const FAILURES_PRINTED_MAX: u64 = 3;
 
-/// Events per preload request: as many as fit the node's body limit, up
-/// to its batch limit.
+/// Events per preload request: as many as fit [`PRELOAD_BODY_BYTES`], up
+/// to the node's batch limit.
 pub fn preload_batch(payload_bytes: usize) -> usize {
     (PRELOAD_BODY_BYTES / (payload_bytes + EVENT_OVERHEAD_BYTES)).clamp(1, PRELOAD_BATCH_MAX)
+}
+
+/// Preloaded deliveries pending at most before the preload waits: as many
+/// as fit [`PRELOAD_BACKLOG_BYTES`], and a batch for each connection at
+/// least.
+pub fn preload_backlog_max(payload_bytes: usize) -> u64 {
+    let fit = PRELOAD_BACKLOG_BYTES / (payload_bytes + PENDING_OVERHEAD_BYTES);
+    fit.max(preload_batch(payload_bytes) * PRELOAD_CONNECTIONS) as u64
 }
 
 #[derive(Deserialize)]
@@ -100,6 +117,7 @@ pub async fn preload_history(
     let failed = Arc::new(AtomicU64::new(0));
     let event_type = Scenario::History.event_type();
     let batch = preload_batch(payload_bytes);
+    let backlog_max = preload_backlog_max(payload_bytes);
     let mut tasks = Vec::new();
     for _ in 0..PRELOAD_CONNECTIONS {
         let mut client = Connection::to(url).with_context(|| format!("cannot post to {url}"))?;
@@ -107,9 +125,7 @@ pub async fn preload_history(
         let fleet = fleet.clone();
         tasks.push(tokio::spawn(async move {
             loop {
-                while progress.accepted.load(Ordering::Relaxed).saturating_sub(fleet.distinct() as u64)
-                    > PRELOAD_BACKLOG_MAX
-                {
+                while progress.accepted.load(Ordering::Relaxed).saturating_sub(fleet.distinct() as u64) > backlog_max {
                     tokio::time::sleep(BACKLOG_POLL).await;
                 }
                 let first = next.fetch_add(batch, Ordering::Relaxed);
@@ -189,8 +205,17 @@ mod tests {
     #[test]
     fn a_batch_fits_the_body_limit_and_the_batch_limit() {
         assert_eq!(preload_batch(200), PRELOAD_BATCH_MAX);
-        assert_eq!(preload_batch(65_536), 15);
+        assert_eq!(preload_batch(65_536), 6);
         assert!(preload_batch(65_536) * (65_536 + EVENT_OVERHEAD_BYTES) <= PRELOAD_BODY_BYTES);
         assert_eq!(preload_batch(2_000_000), 1, "one event at least");
+    }
+
+    #[test]
+    fn the_backlog_a_preload_waits_on_is_bounded_in_bytes_and_holds_a_batch_per_connection() {
+        assert_eq!(preload_backlog_max(200), 50_000);
+        assert_eq!(preload_backlog_max(60_000), 822);
+        assert!(preload_backlog_max(60_000) * 60_800 <= PRELOAD_BACKLOG_BYTES as u64);
+        let huge = preload_backlog_max(500_000_000);
+        assert_eq!(huge, PRELOAD_CONNECTIONS as u64, "one batch of one event per connection");
     }
 }
