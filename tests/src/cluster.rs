@@ -115,6 +115,10 @@ pub struct NodeView {
     pub addr: Option<String>,
     #[serde(default)]
     pub voter: Option<bool>,
+    #[serde(default)]
+    pub member: bool,
+    #[serde(default)]
+    pub entries_behind: Option<u64>,
     pub live: bool,
     pub draining: bool,
     pub shards_owned: usize,

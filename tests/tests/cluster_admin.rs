@@ -219,6 +219,51 @@ async fn added_fourth_node_catches_up_becomes_a_voter_and_takes_shards() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_node_that_cannot_catch_up_stays_a_learner_until_its_removal_cancels_the_add() {
+    let cluster = TestCluster::start().await;
+    cluster.wait_settled().await;
+    let leader = cluster.leader_id().await;
+    let node = cluster.node(leader);
+    // Nothing listens there: the learner never receives an entry.
+    let add = json!({"id": 7, "addr": "127.0.0.1:9"});
+    let asked_at = Instant::now();
+    let (status, _, answer) = node.post_json("/v1/cluster/nodes", &add).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "the add answers once the learner is in: {answer}");
+    let answered_in = asked_at.elapsed();
+    assert!(answered_in < Duration::from_secs(30), "the add waited {answered_in:?} for a catch-up");
+    let (status, _, again) = node.post_json("/v1/cluster/nodes", &add).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "posting the same add again is harmless: {again}");
+
+    // The learner shows, on every node, as a member that does not vote;
+    // the leader says nothing reached it.
+    for id in cluster.ids() {
+        let learner = cluster
+            .wait_view(id, DEADLINE, "the learner to show", |v| v.node(7).cloned().ok_or_else(|| "absent".to_string()))
+            .await;
+        assert!(learner.member && learner.voter == Some(false), "node {id} shows {learner:?}");
+        assert_eq!(learner.entries_behind, None, "nothing was replicated to it ({learner:?})");
+    }
+    let voters = |v: &hookraft_tests::cluster::ClusterView| v.nodes.iter().filter(|n| n.voter == Some(true)).count();
+    assert_eq!(voters(&cluster.view(leader).await), 3, "the learner was not promoted");
+    let caught_up = cluster.view(leader).await;
+    for voter in caught_up.nodes.iter().filter(|n| n.voter == Some(true) && n.id != leader) {
+        assert!(voter.entries_behind.is_some(), "the leader reports how far follower {} is: {voter:?}", voter.id);
+    }
+
+    let (status, _, answer) = node.delete("/v1/cluster/nodes/7").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "removing the learner answered {answer}");
+    cluster
+        .wait_view(leader, DEADLINE, "the learner to leave the membership", |v| match v.node(7) {
+            Some(n) if n.member => Err(format!("{n:?}")),
+            _ => Ok(()),
+        })
+        .await;
+    let gone = node.delete("/v1/cluster/nodes/7").await;
+    assert_problem(&gone, StatusCode::NOT_FOUND, "removing the learner again");
+    assert_eq!(voters(&cluster.view(leader).await), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_leader_leaves_the_others_a_leader_and_the_removed_node_names_none() {
     let receiver = ScriptedReceiver::start().await;
     let cluster = TestCluster::start().await;

@@ -196,20 +196,26 @@ async fn a_node_killed_while_installing_a_snapshot_restarts_and_ends_with_the_sa
     cluster.launch_joining_node(4);
     let import = cluster.node(4).data_dir().join("raft").join("hookraft-history.redb.import");
     let add = json!({"id": 4, "addr": cluster.addr(4)});
-    // The answer waits for node 4 to catch up, through its crash.
-    let adding = tokio::spawn(cluster.node(leader).request(Method::POST, "/v1/cluster/nodes").json(&add).send());
+    // The add answers once node 4 is a learner; the leader promotes it
+    // once it caught up, through its crash.
+    let (status, _, answer) = cluster.node(leader).post_json("/v1/cluster/nodes", &add).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "adding node 4 answered {answer}");
     assert!(wait_for_file(&import, DEADLINE).await, "node 4 never began importing a snapshot");
     cluster.kill9(4).await;
     assert!(import.exists(), "killed with the import half written");
     cluster.restart(4).await;
-    let answer = adding.await.expect("the request ends").expect("the leader answers");
-    assert_eq!(answer.status(), StatusCode::ACCEPTED, "adding node 4 answered {:?}", answer.text().await);
     cluster.node_mut(4).wait_until_ready().await;
 
     let history = wait_identical(&cluster, leader, EVENTS + small).await;
     assert_eq!(history.len(), EVENTS + small);
     assert!(!import.exists(), "the restart removed the cut-short import, and the next one finished");
     assert_events_readable(cluster.node(4), &events, PADDING).await;
+    cluster
+        .wait_view(leader, DEADLINE, "node 4 to be promoted to a voter", |v| match v.node(4) {
+            Some(n) if n.voter == Some(true) => Ok(()),
+            other => Err(format!("{other:?}")),
+        })
+        .await;
 }
 
 /// `name` of `node`'s `/metrics`.

@@ -88,6 +88,10 @@ pub struct Member {
     pub id: NodeId,
     pub addr: String,
     pub voter: bool,
+    /// Log entries this member's replica is behind the leader's log, as
+    /// the leader knows it: `None` on a follower, or before anything was
+    /// replicated to it.
+    pub entries_behind: Option<u64>,
 }
 
 /// Membership changes, which go through openraft rather than a command.

@@ -25,8 +25,8 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const PROPOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest pause between tries while the cluster elects a leader.
 const LEADER_WAIT: Duration = Duration::from_millis(200);
-/// How long adding a node (catching up as a learner) may take.
-const ADD_NODE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an admin call the leader answers for this node may take.
+const VIA_LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long removing a voter may take. openraft's `change_membership` can
 /// wait forever when leadership moves during the change (found by the
 /// simulator, seed 90071); an admin call must answer.
@@ -197,6 +197,8 @@ pub struct MembershipAdmin {
     /// `Some` when the nodes speak HTTPS: the authority trusted for them
     /// (empty: the system's roots).
     pub peer_tls: Option<Vec<reqwest::Certificate>>,
+    /// The learners this node, leading, makes voters once caught up.
+    pub promotions: crate::promote::Promotions,
 }
 
 impl MembershipAdmin {
@@ -236,7 +238,7 @@ impl MembershipAdmin {
         let (leader, addr, _) = self.leader()?;
         let addr = addr.ok_or_else(|| AdminError::Unavailable(format!("leader {leader} has no address")))?;
         let base = hookraft_raft::http_network::peer_base(&addr, self.peer_tls.is_some());
-        let mut request = self.client()?.request(method, format!("{base}{path}")).timeout(ADD_NODE_TIMEOUT);
+        let mut request = self.client()?.request(method, format!("{base}{path}")).timeout(VIA_LEADER_TIMEOUT);
         if let Some(token) = &self.admin_token {
             request = request.bearer_auth(token.expose());
         }
@@ -256,6 +258,19 @@ impl MembershipAdmin {
         })
     }
 
+    /// Removes learner `id` (an add not yet promoted), or says there is none.
+    async fn remove_learner(&self, id: NodeId) -> Result<(), AdminError> {
+        if self.raft.metrics().borrow().membership_config.membership().get_node(&id).is_none() {
+            return Err(AdminError::NotFound(format!("node {id} is not a member")));
+        }
+        let change = openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+        tokio::time::timeout(REMOVE_NODE_TIMEOUT, self.raft.change_membership(change, false))
+            .await
+            .map_err(|_| AdminError::Unavailable(format!("removing learner {id} did not commit in time")))?
+            .map_err(|e| AdminError::Conflict(e.to_string()))?;
+        Ok(())
+    }
+
     fn voters(&self) -> BTreeSet<NodeId> {
         self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
     }
@@ -267,9 +282,16 @@ impl ClusterAdmin for MembershipAdmin {
         let m = metrics.borrow();
         let membership = m.membership_config.membership();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let matched = |id: &NodeId| m.replication.as_ref().map(|r| r.get(id).copied().flatten().map(|log| log.index));
         membership
             .nodes()
-            .map(|(id, node)| Member { id: *id, addr: node.addr.clone(), voter: voters.contains(id) })
+            .map(|(id, node)| Member {
+                id: *id,
+                addr: node.addr.clone(),
+                voter: voters.contains(id),
+                entries_behind: matched(id)
+                    .and_then(|matched| crate::promote::entries_behind(m.last_log_index, matched)),
+            })
             .collect()
     }
 
@@ -283,17 +305,14 @@ impl ClusterAdmin for MembershipAdmin {
                 let body = serde_json::json!({ "id": id, "addr": addr });
                 return self.via_leader(reqwest::Method::POST, "/v1/cluster/nodes".into(), Some(body)).await;
             }
+            // The learner is added (replication to it set up) and the
+            // answer goes at once; it becomes a voter in the background
+            // once it caught up (`promote.rs`): installing a long history
+            // can take minutes.
             let node = openraft::BasicNode::new(addr);
-            let add = async {
-                self.raft.add_learner(id, node, true).await.map_err(|e| AdminError::Conflict(e.to_string()))?;
-                let mut voters = self.voters();
-                voters.insert(id);
-                self.raft.change_membership(voters, false).await.map_err(|e| AdminError::Conflict(e.to_string()))?;
-                Ok(())
-            };
-            tokio::time::timeout(ADD_NODE_TIMEOUT, add)
-                .await
-                .map_err(|_| AdminError::Unavailable(format!("node {id} did not catch up in time")))?
+            self.raft.add_learner(id, node, false).await.map_err(|e| AdminError::Conflict(e.to_string()))?;
+            self.promotions.start(self.raft.clone(), id);
+            Ok(())
         })
     }
 
@@ -305,7 +324,7 @@ impl ClusterAdmin for MembershipAdmin {
             }
             let mut voters = self.voters();
             if !voters.remove(&id) {
-                return Err(AdminError::NotFound(format!("node {id} is not a voter")));
+                return self.remove_learner(id).await;
             }
             let now_ms = self.clock.wall_ms();
             let live = {

@@ -21,6 +21,7 @@ pub mod lease;
 pub mod listener;
 pub mod log_writer;
 pub mod observer;
+pub mod promote;
 pub mod secret;
 pub mod tls;
 
@@ -252,6 +253,7 @@ impl Node {
                 admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
                 shared_cluster_secret,
                 peer_tls: io.tls.as_ref().map(|tls| tls.peer_roots.clone()),
+                promotions: promote::Promotions::default(),
             }),
             admin_token: config.admin_token.clone(),
             clock: io.clock.clone(),

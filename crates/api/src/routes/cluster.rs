@@ -54,6 +54,7 @@ async fn status(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::ClusterS
                 draining: record.is_some_and(|n| n.draining),
                 last_heartbeat_at: record.map(|n| Timestamp::from_ms(n.last_heartbeat_ms)),
                 shards_owned: state.shards_owned_by(*id).len(),
+                entries_behind: member.and_then(|m| m.entries_behind),
             }
         })
         .collect();
@@ -194,7 +195,10 @@ fn admin_problem(error: AdminError) -> Problem {
     }
 }
 
-/// Add a node: it joins as a learner and becomes a voter once it has caught up.
+/// Add a node: it joins as a learner at once (the answer) and becomes a
+/// voter once it has caught up, which `GET /v1/cluster` shows (`voter`,
+/// `entries_behind`). Posting the same node again is harmless, and resumes
+/// a promotion a change of leader interrupted.
 #[utoipa::path(
     post,
     path = "/v1/cluster/nodes",
@@ -222,7 +226,8 @@ async fn add_node(
     Ok((StatusCode::ACCEPTED, axum::Json(view::NodeAdded { id: body.id, addr: body.addr })))
 }
 
-/// Remove a node from the voters; its shards move.
+/// Remove a node: a voter (its shards move), or a learner not yet
+/// promoted (which cancels its add).
 #[utoipa::path(
     delete,
     path = "/v1/cluster/nodes/{id}",

@@ -25,6 +25,11 @@ pub struct NodeView {
     #[schema(required = true)]
     pub last_heartbeat_at: Option<Timestamp>,
     pub shards_owned: usize,
+    /// Log entries its replica is behind the leader's log: given by the
+    /// leader only (`null` elsewhere, or before anything reached it). A
+    /// node added as a learner becomes a voter once this is small.
+    #[schema(required = true)]
+    pub entries_behind: Option<u64>,
 }
 
 /// A shard's grant.

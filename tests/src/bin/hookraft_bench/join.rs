@@ -4,11 +4,11 @@
 //! node's RSS under 1 GB extra; the time to install reported).
 //!
 //! The new node is started, left to settle, then added through
-//! `POST /v1/cluster/nodes`, which answers once it caught up (or 503 once
-//! the leader stopped waiting, while it goes on catching up). Both nodes'
-//! memory is sampled every [`SAMPLE_EVERY`] until the answer came and the
-//! new node's log says it installed a snapshot: how large, and how long
-//! the import took.
+//! `POST /v1/cluster/nodes`, which answers once it is a learner; the
+//! leader makes it a voter once it caught up. Both nodes' memory is
+//! sampled every [`SAMPLE_EVERY`] until the new node's log says it
+//! installed a snapshot (how large, how long the import took) and the
+//! leader's `GET /v1/cluster` shows it a voter.
 
 use std::time::{Duration, Instant};
 
@@ -33,11 +33,12 @@ const LOG_EVERY: Duration = Duration::from_secs(1);
 /// What joining cost, as measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Joined {
-    /// From the add request to its answer, and the answer's status: 202
-    /// once the new node caught up; 503 if the leader stopped waiting
-    /// (two minutes) while it was still catching up, which it goes on with.
+    /// From the add request to its answer (202 once the node is a
+    /// learner), and the answer's status.
     pub answered_s: f64,
     pub answer_status: u16,
+    /// From the add request until the leader showed the new node a voter.
+    pub voter_s: f64,
     /// From the add request until the new node's log said it installed a
     /// snapshot.
     pub installed_s: f64,
@@ -75,10 +76,10 @@ pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
     let started = Instant::now();
     let mut adding = tokio::spawn(request.timeout(JOIN_DEADLINE).send());
     let (mut new_peak, mut sender_peak, mut sender_peak_after) = (new_before, sender_before, 0.0f64);
-    let (mut answered, mut installed_s, mut log_read) = (None, None, Instant::now());
-    while answered.is_none() || installed_s.is_none() {
+    let (mut answered, mut installed_s, mut voter_s, mut log_read) = (None, None, None, Instant::now());
+    while answered.is_none() || installed_s.is_none() || voter_s.is_none() {
         if started.elapsed() > JOIN_DEADLINE {
-            bail!("node {NEW_NODE} did not install a snapshot within {JOIN_DEADLINE:?}");
+            bail!("node {NEW_NODE} did not install a snapshot and become a voter within {JOIN_DEADLINE:?}");
         }
         tokio::select! {
             answer = &mut adding, if answered.is_none() => {
@@ -94,21 +95,35 @@ pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
                 }
             }
         }
-        if installed_s.is_none() && log_read.elapsed() >= LOG_EVERY {
-            log_read = Instant::now();
+        if let Some((status, _)) = answered.filter(|(status, _)| *status != 202) {
+            bail!("adding node {NEW_NODE} answered {status}");
+        }
+        if log_read.elapsed() < LOG_EVERY {
+            continue;
+        }
+        log_read = Instant::now();
+        if installed_s.is_none() {
             let log = std::fs::read_to_string(cluster.node(NEW_NODE).log_path()).unwrap_or_default();
             if log.lines().filter_map(snapshot_line).any(|s| s.kind == "installed") {
                 installed_s = Some(started.elapsed().as_secs_f64());
             }
         }
+        if voter_s.is_none() && answered.is_some() {
+            let view = cluster.try_view(1).await.ok();
+            if view.is_some_and(|v| v.node(NEW_NODE).is_some_and(|n| n.voter == Some(true))) {
+                voter_s = Some(started.elapsed().as_secs_f64());
+            }
+        }
     }
     let ((answer_status, answered_s), installed_s) = (answered.unwrap_or_default(), installed_s.unwrap_or_default());
+    let voter_s = voter_s.unwrap_or_default();
     let log = std::fs::read_to_string(cluster.node(NEW_NODE).log_path()).context("the new node's log")?;
     let installed: Vec<_> = log.lines().filter_map(snapshot_line).filter(|s| s.kind == "installed").collect();
     let extra = new_peak - new_before;
     Ok(Joined {
         answered_s,
         answer_status,
+        voter_s,
         installed_s,
         installed_bytes: installed.iter().map(|s| s.bytes).collect(),
         import_ms: installed.iter().filter_map(|s| s.total_ms).collect(),
@@ -126,12 +141,13 @@ pub async fn join(cluster: &mut TestCluster) -> Result<Joined> {
 pub fn render(joined: &Joined) -> String {
     let gib = |bytes: &u64| format!("{:.2} GiB", *bytes as f64 / crate::MIB / 1024.0);
     format!(
-        "  join:      a new node installed {} after {:.1} s (import {:?} ms; the add answered {} after {:.1} s); its RSS {:.0} -> peak {:.0} MiB (+{:.0} MiB, bound {:.0}: {}); the sender's {:.0} -> peak {:.0} MiB until the install, {:.0} MiB after\n",
+        "  join:      a new node installed {} after {:.1} s (import {:?} ms; the add answered {} after {:.1} s, a voter after {:.1} s); its RSS {:.0} -> peak {:.0} MiB (+{:.0} MiB, bound {:.0}: {}); the sender's {:.0} -> peak {:.0} MiB until the install, {:.0} MiB after\n",
         joined.installed_bytes.iter().map(gib).collect::<Vec<_>>().join(", "),
         joined.installed_s,
         joined.import_ms,
         joined.answer_status,
         joined.answered_s,
+        joined.voter_s,
         joined.new_rss_before_mib,
         joined.new_rss_peak_mib,
         joined.new_rss_extra_mib,
