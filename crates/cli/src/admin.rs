@@ -73,14 +73,16 @@ enum ClusterCommand {
         #[arg(long)]
         undo: bool,
     },
-    /// Add a node: it joins as a learner and becomes a voter once caught up.
+    /// Add a node: it joins as a learner at once and becomes a voter once
+    /// caught up (`status` shows how far behind it is).
     /// Start it first with `--node-id` and `--peers` listing every member.
     Add {
         node_id: u64,
         /// The address peers and clients use to reach it (`host:port`).
         addr: String,
     },
-    /// Remove a node from the voters; its shards move elsewhere.
+    /// Remove a node from the voters (its shards move elsewhere), or a
+    /// learner not yet promoted.
     Remove { node_id: u64 },
 }
 
@@ -252,8 +254,8 @@ pub fn render_status(body: &Value) -> String {
     if let Some(stale) = body.get("outcomes_rejected_stale") {
         let _ = writeln!(out, "stale outcomes rejected: {}", text(Some(stale)));
     }
-    let header = ["ID", "ADDR", "VOTER", "LIVE", "DRAINING", "SHARDS", "LAST HEARTBEAT"];
-    let keys = ["id", "addr", "voter", "live", "draining", "shards_owned", "last_heartbeat_at"];
+    let header = ["ID", "ADDR", "VOTER", "LIVE", "DRAINING", "SHARDS", "BEHIND", "LAST HEARTBEAT"];
+    let keys = ["id", "addr", "voter", "live", "draining", "shards_owned", "entries_behind", "last_heartbeat_at"];
     let nodes = body.get("nodes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let rows: Vec<Vec<String>> = nodes
         .iter()
@@ -365,7 +367,9 @@ mod tests {
             "node_id": 2, "leader_id": 1, "term": 3,
             "nodes": [
                 {"id": 1, "addr": "node1:8080", "voter": true, "live": true, "draining": false, "shards_owned": 1},
-                {"id": 2, "live": false, "draining": true, "shards_owned": 0}
+                {"id": 2, "live": false, "draining": true, "shards_owned": 0},
+                {"id": 3, "addr": "node3:8080", "voter": false, "member": true, "live": false, "draining": false,
+                 "shards_owned": 0, "entries_behind": 5210}
             ],
             "shards": [{"shard": 0, "owner": 1, "token": 65}, {"shard": 1, "owner": null, "token": 0}]
         });
@@ -374,8 +378,13 @@ mod tests {
         assert!(text.contains("shards:     2 (1 unowned, highest fencing token 65)"), "{text}");
         let lines: Vec<&str> = text.lines().collect();
         let header = lines.iter().position(|l| l.starts_with("ID")).expect("a header line");
-        assert_eq!(lines[header + 1], "1*  node1:8080  yes    yes   no        1       -");
-        assert_eq!(lines[header + 2], "2   -           -      no    yes       0       -");
+        assert_eq!(lines[header + 1], "1*  node1:8080  yes    yes   no        1       -       -");
+        assert_eq!(lines[header + 2], "2   -           -      no    yes       0       -       -");
+        assert_eq!(
+            lines[header + 3],
+            "3   node3:8080  no     no    no        0       5210    -",
+            "a learner catching up"
+        );
     }
 
     #[test]

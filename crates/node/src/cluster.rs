@@ -27,10 +27,11 @@ pub const PROPOSE_DEADLINE: Duration = Duration::from_secs(5);
 const LEADER_WAIT: Duration = Duration::from_millis(200);
 /// How long an admin call the leader answers for this node may take.
 const VIA_LEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long removing a voter may take. openraft's `change_membership` can
-/// wait forever when leadership moves during the change (found by the
-/// simulator, seed 90071); an admin call must answer.
-const REMOVE_NODE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a membership change (adding a learner, removing a node) may
+/// take to commit. openraft's `change_membership` can wait forever when
+/// leadership moves during the change (found by the simulator, seed
+/// 90071), and without a majority nothing commits; an admin call must answer.
+const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A boxed future for [`PeerClient::forward`].
 pub type ForwardFuture<'a> =
@@ -264,7 +265,7 @@ impl MembershipAdmin {
             return Err(AdminError::NotFound(format!("node {id} is not a member")));
         }
         let change = openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id]));
-        tokio::time::timeout(REMOVE_NODE_TIMEOUT, self.raft.change_membership(change, false))
+        tokio::time::timeout(MEMBERSHIP_CHANGE_TIMEOUT, self.raft.change_membership(change, false))
             .await
             .map_err(|_| AdminError::Unavailable(format!("removing learner {id} did not commit in time")))?
             .map_err(|e| AdminError::Conflict(e.to_string()))?;
@@ -310,7 +311,10 @@ impl ClusterAdmin for MembershipAdmin {
             // once it caught up (`promote.rs`): installing a long history
             // can take minutes.
             let node = openraft::BasicNode::new(addr);
-            self.raft.add_learner(id, node, false).await.map_err(|e| AdminError::Conflict(e.to_string()))?;
+            tokio::time::timeout(MEMBERSHIP_CHANGE_TIMEOUT, self.raft.add_learner(id, node, false))
+                .await
+                .map_err(|_| AdminError::Unavailable(format!("adding learner {id} did not commit in time")))?
+                .map_err(|e| AdminError::Conflict(e.to_string()))?;
             self.promotions.start(self.raft.clone(), id);
             Ok(())
         })
@@ -338,12 +342,12 @@ impl ClusterAdmin for MembershipAdmin {
                 )));
             }
             let change = self.raft.change_membership(voters, false);
-            tokio::time::timeout(REMOVE_NODE_TIMEOUT, change)
+            tokio::time::timeout(MEMBERSHIP_CHANGE_TIMEOUT, change)
                 .await
                 .map_err(|_| {
                     AdminError::Unavailable(format!(
                         "removing node {id} did not commit within {} s; it may still: see GET /v1/cluster",
-                        REMOVE_NODE_TIMEOUT.as_secs()
+                        MEMBERSHIP_CHANGE_TIMEOUT.as_secs()
                     ))
                 })?
                 .map_err(|e| AdminError::Conflict(e.to_string()))?;

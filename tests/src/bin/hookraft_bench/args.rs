@@ -56,7 +56,7 @@ pub struct Args {
     pub rate: Option<f64>,
     /// Of `--scenario soak`: how long to offer `--rate` (`600`, `600s`,
     /// `10m`, `1h`; at least 3 minutes) [default: 10 minutes]; of
-    /// `--scenario history`, its steady phase [default: 2 minutes].
+    /// `--scenario history`, its steady phase [default: 5 minutes].
     #[arg(long, value_parser = soak::parse_duration)]
     pub duration: Option<Duration>,
     /// Leave events due in the first this many seconds of the load out of

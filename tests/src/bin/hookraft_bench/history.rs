@@ -35,9 +35,13 @@ use crate::scenario::Scenario;
 
 /// Finished deliveries preloaded without `--history`.
 pub const HISTORY_DEFAULT: usize = 1_000_000;
-/// The steady phase without `--rate` or `--duration`.
+/// The steady phase without `--rate` or `--duration`. Five minutes: a
+/// fresh node's memory grows for about two (its history cache fills with
+/// the pages its own snapshots write, its own history accumulates), so a
+/// two-minute phase judged the last minute of a node still warming up
+/// against one already warm (design note 68).
 pub const RATE_DEFAULT: f64 = 1_000.0;
-pub const DURATION_DEFAULT: Duration = Duration::from_secs(120);
+pub const DURATION_DEFAULT: Duration = Duration::from_secs(300);
 /// Preloaded (event, delivery) ids the reader draws from.
 pub const SAMPLE_IDS: usize = 100_000;
 /// Reads per second of the steady phase, alternating events and deliveries.

@@ -104,8 +104,8 @@ impl Scenario {
             | Scenario::Inbound => 60_000,
             // 10 minutes at 200 events/s; a soak posts `--rate` × `--duration`.
             Scenario::Soak => 120_000,
-            // 2 minutes at 1,000 events/s, after the preload (`history.rs`).
-            Scenario::History => 120_000,
+            // 5 minutes at 1,000 events/s, after the preload (`history.rs`).
+            Scenario::History => 300_000,
             Scenario::Backlog => 1_000_000,
             Scenario::FanOut => 2_000,
         }
