@@ -86,11 +86,6 @@ impl Promotions {
             tracing::info!(node = id, outcome, "promotion of the added node ended");
         });
     }
-
-    /// Whether a promotion of `id` runs.
-    pub fn running(&self, id: NodeId) -> bool {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner).contains(&id)
-    }
 }
 
 /// Waits for learner `id` to catch up, then makes it a voter: what
