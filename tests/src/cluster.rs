@@ -456,11 +456,7 @@ impl TestCluster {
     /// Sum of a Prometheus metric (every label set) on node `id`; `None`
     /// when the node does not export it.
     pub async fn metric(&self, id: u64, name: &str) -> Option<f64> {
-        let node = self.node(id);
-        let request = node.request(Method::GET, "/metrics").timeout(PROBE_TIMEOUT);
-        let response = request.send().await.ok()?;
-        let text = response.text().await.ok()?;
-        parse_metric(&text, name)
+        self.node(id).metric(name, PROBE_TIMEOUT).await
     }
 
     /// The last `lines` lines of every node's log, labelled.

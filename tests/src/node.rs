@@ -367,6 +367,14 @@ impl TestNode {
         self.send(self.request(Method::DELETE, path)).await
     }
 
+    /// Sum of a Prometheus metric (every label set) in the node's
+    /// `/metrics`; `None` when it does not answer in `timeout` or does not
+    /// export it.
+    pub async fn metric(&self, name: &str, timeout: Duration) -> Option<f64> {
+        let response = self.request(Method::GET, "/metrics").timeout(timeout).send().await.ok()?;
+        crate::cluster::parse_metric(&response.text().await.ok()?, name)
+    }
+
     /// The last `lines` lines of the node's log.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = fs::read(self.log_path()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();

@@ -32,6 +32,8 @@ const SNAPSHOT_EVERY: &str = "20";
 const DEADLINE: Duration = Duration::from_secs(180);
 /// Concurrent producers.
 const PRODUCERS: usize = 8;
+/// How long one read of a node's `/metrics` may take.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn cluster_options() -> ClusterOptions {
     ClusterOptions { node: NodeOptions::default().args(["--snapshot-every", SNAPSHOT_EVERY]), ..Default::default() }
@@ -218,12 +220,6 @@ async fn a_node_killed_while_installing_a_snapshot_restarts_and_ends_with_the_sa
         .await;
 }
 
-/// `name` of `node`'s `/metrics`.
-async fn metric(node: &TestNode, name: &str) -> Option<f64> {
-    let metrics = node.request(Method::GET, "/metrics").send().await.ok()?.text().await.ok()?;
-    hookraft_tests::cluster::parse_metric(&metrics, name)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_the_smallest_history_cache_reads_a_history_four_times_its_size_from_the_store() {
     // 4 MB of payloads against a cache of 1 MiB.
@@ -238,9 +234,9 @@ async fn a_node_with_the_smallest_history_cache_reads_a_history_four_times_its_s
     // Delivered, then moved out of memory by a snapshot: what stays in
     // memory is far less than the history, which is all in the store.
     wait_for(DEADLINE, POLL_INTERVAL, "the history to move into the store", async || {
-        let history = metric(&node, "hookraft_history_bytes").await.unwrap_or(0.0);
-        let in_memory = metric(&node, "hookraft_retained_bytes").await.unwrap_or(f64::MAX);
-        let pending = metric(&node, "hookraft_pending_deliveries").await.unwrap_or(f64::MAX);
+        let history = node.metric("hookraft_history_bytes", METRICS_TIMEOUT).await.unwrap_or(0.0);
+        let in_memory = node.metric("hookraft_retained_bytes", METRICS_TIMEOUT).await.unwrap_or(f64::MAX);
+        let pending = node.metric("hookraft_pending_deliveries", METRICS_TIMEOUT).await.unwrap_or(f64::MAX);
         let moved = pending == 0.0 && history >= (EVENTS * PADDING) as f64 && in_memory < history / 10.0;
         if moved { Ok(()) } else { Err(format!("history {history} B, in memory {in_memory} B, pending {pending}")) }
     })

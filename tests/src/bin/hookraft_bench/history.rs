@@ -30,6 +30,7 @@ use serde::Serialize;
 use crate::deployment::Deployment;
 use crate::fleet::Fleet;
 use crate::load::{self, Load, Progress};
+use crate::procstat::rss_mib;
 use crate::report::{Quantiles, micros};
 use crate::scenario::Scenario;
 
@@ -302,7 +303,6 @@ async fn phase(
         register_endpoint(registrar, &body).await;
     }
     let pid = deployment.pids().first().map(|&(_, pid)| pid);
-    let rss_mib = || pid.and_then(crate::procstat::sample).map(|s| s.rss_bytes as f64 / crate::MIB);
     let done = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(Progress::default());
     let printer = tokio::spawn(crate::print_progress(origin, progress.clone(), fleet.clone(), done.clone()));
@@ -323,7 +323,7 @@ async fn phase(
             accepted_per_s: accepted as f64 / ingest_s.max(f64::EPSILON),
             delivered_s,
             delivered_per_s: fleet.distinct().min(accepted) as f64 / delivered_s.max(f64::EPSILON),
-            rss_mib: rss_mib(),
+            rss_mib: rss_mib(pid),
             sampled_ids: ids.len(),
         };
         (Some(preload), ids)
@@ -343,14 +343,14 @@ async fn phase(
         origin,
         rate: Some(plan.rate),
     });
-    let rss_start_mib = rss_mib();
+    let rss_start_mib = rss_mib(pid);
     let steady_start = origin.elapsed();
     let reads = (READS_PER_S * plan.duration.as_secs_f64()) as usize;
     let reader = tokio::spawn(read_randomly(deployment.urls(""), Arc::new(ids), reads));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = tokio::spawn(sample_rss(pid, sampling.clone()));
     let (accepted, not_accepted) = load::run(load, progress.clone()).await?;
-    let rss_end_mib = rss_mib();
+    let rss_end_mib = rss_mib(pid);
     sampling.store(false, Ordering::Relaxed);
     let rss_samples = sampler.await.context("the RSS sampler panicked")?;
     let (event_reads, delivery_reads) = reader.await.context("the reader panicked")?;
@@ -402,8 +402,8 @@ async fn sample_rss(pid: Option<u32>, sampling: Arc<AtomicBool>) -> Vec<(Duratio
     let mut every = tokio::time::interval(RSS_EVERY);
     while sampling.load(Ordering::Relaxed) {
         every.tick().await;
-        if let Some(sample) = pid.and_then(crate::procstat::sample) {
-            samples.push((started.elapsed(), sample.rss_bytes as f64 / crate::MIB));
+        if let Some(mib) = rss_mib(pid) {
+            samples.push((started.elapsed(), mib));
         }
     }
     samples

@@ -61,7 +61,7 @@ pub struct Joined {
 }
 
 fn rss_mib(pid: Option<u32>) -> f64 {
-    pid.and_then(crate::procstat::sample).map_or(0.0, |s| s.rss_bytes as f64 / crate::MIB)
+    crate::procstat::rss_mib(pid).unwrap_or(0.0)
 }
 
 /// Adds node [`NEW_NODE`] to the one-node `cluster` and measures it.

@@ -31,6 +31,11 @@ pub fn sample(pid: u32) -> Option<Sample> {
     })
 }
 
+/// The resident memory of process `pid`, if any, in MiB.
+pub fn rss_mib(pid: Option<u32>) -> Option<f64> {
+    pid.and_then(sample).map(|s| s.rss_bytes as f64 / crate::MIB)
+}
+
 /// The value of a `Name:   123 kB` line of `/proc/<pid>/status`.
 fn status_kib(status: &str, name: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(name))?;

@@ -276,7 +276,7 @@ pub async fn sample_until(node: Watched, load_start: Instant, done: Arc<AtomicBo
             return samples;
         }
         let mut sample = Sample { at_s, ..Sample::default() };
-        sample.rss_mib = node.pid.and_then(crate::procstat::sample).map(|s| s.rss_bytes as f64 / crate::MIB);
+        sample.rss_mib = crate::procstat::rss_mib(node.pid);
         if let Ok(response) = client.get(&node.metrics_url).send().await
             && let Ok(text) = response.text().await
         {
