@@ -17,12 +17,12 @@ pub struct NodeRuntimes {
 
 impl NodeRuntimes {
     pub fn start(delivery_threads: usize) -> std::io::Result<Self> {
-        let consensus = tokio::runtime::Builder::new_multi_thread()
+        let consensus = crate::allocator::runtime_builder()
             .worker_threads(CONSENSUS_WORKER_THREADS)
             .thread_name("hookraft-raft")
             .enable_all()
             .build()?;
-        let delivery = tokio::runtime::Builder::new_multi_thread()
+        let delivery = crate::allocator::runtime_builder()
             .worker_threads(delivery_threads.max(1))
             .thread_name("hookraft-delivery")
             .enable_all()
