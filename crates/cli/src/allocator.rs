@@ -10,10 +10,10 @@
 //! took a steady 1,000 events/s still held 1.1 GiB five minutes later,
 //! where a node that had never seen the burst held about 145 MiB: what
 //! the burst freed stayed in pages the steady load never touched again
-//! (design note 69). So each
-//! runtime worker, as it is about to park, collects its own heap
-//! (`mi_collect`), at most once per [`COLLECT_EVERY`]: an idle worker hands
-//! back what it freed; a busy one never parks and pays nothing.
+//! (design note 69). So each runtime worker, as it is about to park,
+//! collects its own heap (`mi_collect`), at most once per
+//! [`COLLECT_EVERY`]: an idle worker hands back what it freed; a busy one
+//! never parks and pays nothing.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
