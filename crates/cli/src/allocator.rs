@@ -24,7 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// How often one worker collects at most: often enough that a burst's
 /// memory is back within seconds, rarely enough that a worker parking
 /// thousands of times a second pays for one collection.
-pub const COLLECT_EVERY: Duration = Duration::from_secs(1);
+const COLLECT_EVERY: Duration = Duration::from_secs(1);
 
 #[expect(unsafe_code, reason = "mimalloc's C API; `mi_collect` takes no pointer and may be called from any thread")]
 unsafe extern "C" {
@@ -44,7 +44,7 @@ thread_local! {
 }
 
 /// Whether a thread that last collected at `last` collects again at `now`.
-pub fn collect_due(last: Option<Instant>, now: Instant, every: Duration) -> bool {
+fn collect_due(last: Option<Instant>, now: Instant, every: Duration) -> bool {
     last.is_none_or(|last| now.saturating_duration_since(last) >= every)
 }
 
