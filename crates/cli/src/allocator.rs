@@ -14,6 +14,12 @@
 //! collects its own heap (`mi_collect`), at most once per
 //! [`COLLECT_EVERY`]: an idle worker hands back what it freed; a busy one
 //! never parks and pays nothing.
+//!
+//! mimalloc is built without its 4 MiB large pages (`.cargo/config.toml`
+//! passes `MI_ENABLE_LARGE_PAGES=0` to its C build): an allocation of 64 to
+//! 512 KiB is a span of its own, returned when it is freed, rather than a
+//! slot in a page that one surviving block keeps resident whole (five such
+//! pages, 20 MiB, outlived a burst; design note 70).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -90,6 +96,23 @@ mod tests {
         assert!(!collect_due(Some(start), start + every / 2, every));
         assert!(collect_due(Some(start), start + every, every));
         assert!(!collect_due(Some(start + every), start, every), "a clock read out of order waits");
+    }
+
+    #[expect(unsafe_code, reason = "mimalloc's C API, read of a live allocation's size")]
+    unsafe extern "C" {
+        fn mi_usable_size(p: *const std::ffi::c_void) -> usize;
+    }
+
+    /// Built without mimalloc's 4 MiB large pages (`.cargo/config.toml`),
+    /// an allocation over 64 KiB is memory of its own, sized to the 4 KiB
+    /// page; in a large page it would be a slot of its size class (80 KiB
+    /// here) that any neighbour still in use keeps resident.
+    #[test]
+    fn an_allocation_over_64_kib_is_memory_of_its_own() {
+        let buffer: Vec<u8> = Vec::with_capacity(73 * 1024);
+        #[expect(unsafe_code, reason = "the pointer is a live mimalloc allocation")]
+        let usable = unsafe { mi_usable_size(buffer.as_ptr().cast()) };
+        assert_eq!(usable, 76 * 1024, "mimalloc was built with its large pages; is .cargo/config.toml read?");
     }
 
     #[test]
