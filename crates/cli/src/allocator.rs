@@ -18,8 +18,8 @@
 //! mimalloc is built without its 4 MiB large pages (`.cargo/config.toml`
 //! passes `MI_ENABLE_LARGE_PAGES=0` to its C build): an allocation of 64 to
 //! 512 KiB is a span of its own, returned when it is freed, rather than a
-//! slot in a page that one surviving block keeps resident whole (five such
-//! pages, 20 MiB, outlived a burst; design note 70).
+//! slot in a page that one surviving block keeps resident whole (design
+//! note 70).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
