@@ -19,8 +19,9 @@ cd "$(dirname "$0")/.."
 export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-hookraftchaos}"
 base="${HOOKRAFT_CHAOS_PORT_BASE:-18080}"
 export HOOKRAFT_NODE1_PORT=$((base + 1)) HOOKRAFT_NODE2_PORT=$((base + 2)) HOOKRAFT_NODE3_PORT=$((base + 3))
-export HOOKRAFT_API_TOKEN="${HOOKRAFT_API_TOKEN:-chaos-api-token}"
-export HOOKRAFT_CLUSTER_SECRET="${HOOKRAFT_CLUSTER_SECRET:-chaos-cluster-secret}"
+export HOOKRAFT_API_TOKEN="${HOOKRAFT_API_TOKEN:-chaos-api-token-7d41e9}"
+export HOOKRAFT_CLUSTER_SECRET="${HOOKRAFT_CLUSTER_SECRET:-chaos-cluster-secret-0f6b2d81a9c4e735}"
+export HOOKRAFT_ADMIN_TOKEN="${HOOKRAFT_ADMIN_TOKEN:-chaos-admin-token-93c5a0}"
 logs="${HOOKRAFT_CHAOS_LOGS:-target/chaos}"
 
 compose() {

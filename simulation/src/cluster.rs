@@ -11,6 +11,7 @@ use axum::http::{Request, StatusCode};
 use hookraft_core::ids::NodeId;
 use hookraft_core::payload::Keyring;
 use hookraft_core::state::ClusterState;
+use hookraft_node::auth::{Credential, Scope, Tokens};
 use hookraft_node::{Io, Node, NodeConfig, NodeHandle, Runtimes, SeededEntropy, Storage};
 use hookraft_raft::{ApplyObserver, MemDisk};
 use serde_json::Value;
@@ -76,6 +77,10 @@ impl Cluster {
         config.allow_private_targets = true;
         // Shared, as in any real cluster: a node without one takes no members.
         config.cluster_secret = Some("simulated-cluster-secret".into());
+        // Membership changes need an admin token; every call carries it.
+        let admin = Credential::new("admin-token", Scope::Admin, &SIM_ADMIN_TOKEN.into())
+            .map_err(|e| anyhow::anyhow!("the simulator's admin token: {e}"))?;
+        config.tokens = Arc::new(Tokens::new(vec![admin]));
         config.lease_ms = LEASE_MS;
         config.snapshot_every_entries = SNAPSHOT_EVERY_ENTRIES;
         config.retention_ms = Some(RETENTION_MS);
@@ -186,6 +191,9 @@ pub fn leads(id: NodeId, raft: &hookraft_raft::Raft) -> bool {
     leader_named_by(id, raft) == Some(Some(id))
 }
 
+/// The admin token of every simulated node, sent on every call.
+pub const SIM_ADMIN_TOKEN: &str = "simulated-admin-token-7c2f";
+
 /// Calls a node's HTTP API through its router.
 pub async fn call(
     router: axum::Router,
@@ -207,7 +215,8 @@ pub async fn call_raw(
     body: Option<String>,
     headers: &[(&str, String)],
 ) -> Option<ApiAnswer> {
-    let mut request = Request::builder().method(method).uri(path);
+    let mut request =
+        Request::builder().method(method).uri(path).header("authorization", format!("Bearer {SIM_ADMIN_TOKEN}"));
     if body.is_some() {
         request = request.header("content-type", "application/json");
     }

@@ -138,7 +138,7 @@ class Cluster:
                     "--advertise", f"127.0.0.1:{port}",
                     "--peers", peers,
                     "--cluster-secret", cluster_secret,
-                    "--api-token", self.token,
+                    "--admin-token", self.token,
                     "--allow-private-targets",
                     "--lease-ms", str(self.LEASE_MS),
                     "--data-dir", os.path.join(self.dir, f"node{n}"),

@@ -71,7 +71,7 @@ impl Default for ClusterOptions {
             size: 3,
             lease_ms: LEASE_MS_DEFAULT,
             cluster_secret: unique_cluster_secret(),
-            node: NodeOptions::default(),
+            node: NodeOptions::default().admin_token(ADMIN_TOKEN),
         }
     }
 }
@@ -84,8 +84,11 @@ impl Default for ClusterOptions {
 fn unique_cluster_secret() -> String {
     static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("e2e-cluster-secret-{}-{n}", std::process::id())
+    format!("e2e-cluster-secret-of-test-run-{}-{n}", std::process::id())
 }
+
+/// The admin token of every test cluster: membership changes need one.
+pub const ADMIN_TOKEN: &str = "e2e-admin-token-5f0c9d1e";
 
 impl ClusterOptions {
     pub fn lease_ms(mut self, lease_ms: u64) -> Self {
@@ -204,6 +207,11 @@ impl TestCluster {
         futures::future::join_all(cluster.nodes.values_mut().map(TestNode::wait_until_ready)).await;
         cluster.leader_id().await;
         cluster
+    }
+
+    /// The cluster secret its nodes share.
+    pub fn cluster_secret(&self) -> &str {
+        &self.options.cluster_secret
     }
 
     /// `1=127.0.0.1:P1,2=127.0.0.1:P2,...` over `ids`.

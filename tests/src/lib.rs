@@ -37,6 +37,7 @@ pub mod api;
 pub mod binary;
 pub mod cluster;
 pub mod exposition;
+pub mod link;
 pub mod node;
 pub mod poll;
 pub mod receiver;

@@ -55,6 +55,9 @@ pub struct NodeOptions {
     pub allow_private_targets: bool,
     /// Pass `--api-token`; the helpers then send it as a bearer token.
     pub api_token: Option<String>,
+    /// Pass `--admin-token`; the helpers send it for `/v1/cluster/...`, and
+    /// for every route when there is no API token.
+    pub admin_token: Option<String>,
     /// Further arguments after the standard ones.
     pub extra_args: Vec<OsString>,
     /// Environment variables for the child.
@@ -74,6 +77,7 @@ impl Default for NodeOptions {
         Self {
             allow_private_targets: true,
             api_token: None,
+            admin_token: None,
             extra_args: Vec::new(),
             env: Vec::new(),
             binary: None,
@@ -98,6 +102,11 @@ impl NodeOptions {
 
     pub fn api_token(mut self, token: &str) -> Self {
         self.api_token = Some(token.to_owned());
+        self
+    }
+
+    pub fn admin_token(mut self, token: &str) -> Self {
+        self.admin_token = Some(token.to_owned());
         self
     }
 
@@ -313,10 +322,14 @@ impl TestNode {
         &self.client
     }
 
-    /// A request to `path`, with the bearer token when the node has one.
+    /// A request to `path`, with the bearer token when the node has one:
+    /// the admin token under `/v1/cluster/`, else the API token (each
+    /// standing in for the other when the node has only one).
     pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let builder = self.client.request(method, self.url(path));
-        match &self.options.api_token {
+        let (api, admin) = (self.options.api_token.as_ref(), self.options.admin_token.as_ref());
+        let token = if path.starts_with("/v1/cluster/") { admin.or(api) } else { api.or(admin) };
+        match token {
             Some(token) => builder.bearer_auth(token),
             None => builder,
         }
@@ -410,6 +423,9 @@ impl TestNode {
         }
         if let Some(token) = &self.options.api_token {
             command.arg("--api-token").arg(token);
+        }
+        if let Some(token) = &self.options.admin_token {
+            command.arg("--admin-token").arg(token);
         }
         if self.options.tls {
             let dir = tls_fixtures();

@@ -4,7 +4,7 @@ use hookraft_tests::{NodeOptions, StatusCode, TestNode, assert_problem, fast_ret
 use reqwest::Method;
 use serde_json::json;
 
-const TOKEN: &str = "secret";
+const TOKEN: &str = "producer-token-0b5e2f";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_or_wrong_bearer_token_is_401_and_the_right_token_succeeds() {
@@ -17,7 +17,10 @@ async fn missing_or_wrong_bearer_token_is_401_and_the_right_token_succeeds() {
         node.client().get(node.url("/v1/endpoints")).bearer_auth("wrong"),
         node.client().post(node.url("/v1/endpoints")).json(&endpoint).bearer_auth("wrong"),
         node.client().get(node.url("/v1/endpoints")).header("authorization", TOKEN),
-        node.client().post(node.url("/v1/events")).json(&json!({"type": "t", "payload": {}})).bearer_auth("secretx"),
+        node.client()
+            .post(node.url("/v1/events"))
+            .json(&json!({"type": "t", "payload": {}}))
+            .bearer_auth("producer-token-0b5e2fx"),
         node.client().get(node.url("/v1/cluster")),
     ];
     for (i, request) in anonymous.into_iter().enumerate() {

@@ -224,8 +224,10 @@ async fn an_added_node_that_cannot_catch_up_stays_a_learner_until_its_removal_ca
     cluster.wait_settled().await;
     let leader = cluster.leader_id().await;
     let node = cluster.node(leader);
-    // Nothing listens there: the learner never receives an entry.
-    let add = json!({"id": 7, "addr": "127.0.0.1:9"});
+    // It proves it holds the secret, then takes no entry: the learner never
+    // receives one.
+    let (addr, _peer) = hookraft_tests::link::hello_only_peer(cluster.cluster_secret(), 7).await;
+    let add = json!({"id": 7, "addr": addr});
     let asked_at = Instant::now();
     let (status, _, answer) = node.post_json("/v1/cluster/nodes", &add).await;
     assert_eq!(status, StatusCode::ACCEPTED, "the add answers once the learner is in: {answer}");

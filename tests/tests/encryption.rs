@@ -9,7 +9,8 @@ use hookraft_core::command::{Command, NewEvent};
 use hookraft_core::entropy::{Entropy, EntropyRng};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::payload::{KeyMaterial, Keyring, KeyringFile, Payload};
-use hookraft_raft::rpc::{self, CLUSTER_SECRET_HEADER};
+use hookraft_raft::rpc;
+use hookraft_tests::link::signed_post;
 use hookraft_tests::{
     ClusterOptions, DEADLINE, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, TestNode,
     eventually, get_delivery, register_endpoint, send_event, unix_now_s, verify_request, wait_delivery_state, wait_for,
@@ -204,8 +205,8 @@ async fn propose_event(node: &TestNode, event: NewEvent) {
     let secret = std::fs::read_to_string(node.data_dir().join("cluster-secret")).expect("the node's secret");
     let command = Command::IngestEventsFrom { node_id: 1, now_ms: unix_now_s() * 1_000, events: vec![event] };
     let body = rpc::encode("forwarded command", &command).expect("encodes");
-    let request = node.client().post(node.url(rpc::PROPOSE_PATH)).header(CLUSTER_SECRET_HEADER, secret.trim());
-    let response = request.body(body).send().await.expect("the node answers");
+    let request = signed_post(node, 1, secret.trim(), rpc::PROPOSE_PATH, body);
+    let response = request.send().await.expect("the node answers");
     assert_eq!(response.status(), StatusCode::OK);
 }
 

@@ -11,7 +11,7 @@ use hookraft_tests::{
 };
 use serde_json::{Value, json};
 
-const TOKEN: &str = "keys-cli-token";
+const TOKEN: &str = "keys-cli-admin-token-2b7e";
 const EVENTS: usize = 4;
 
 /// Runs `hookraft keys <args>` with none of the caller's `HOOKRAFT_*` settings.
@@ -70,7 +70,7 @@ async fn a_key_generated_and_activated_by_the_cli_reseals_every_payload_after_a_
     keys_ok(&["generate", "--keyring", &ring]).await;
 
     let receiver = ScriptedReceiver::start().await;
-    let options = NodeOptions::default().api_token(TOKEN).arg("--keyring").arg(&ring);
+    let options = NodeOptions::default().admin_token(TOKEN).arg("--keyring").arg(&ring);
     let mut node = TestNode::start_with(options).await;
     let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("keys"), "retry": fast_retry()})).await;
     let mut events = Vec::new();
@@ -141,7 +141,7 @@ async fn a_key_generated_and_activated_by_the_cli_reseals_every_payload_after_a_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewrap_on_a_node_without_a_keyring_fails_with_the_nodes_reason_and_a_dry_run_counts_clear_payloads() {
-    let node = TestNode::start_with(NodeOptions::default().api_token(TOKEN)).await;
+    let node = TestNode::start_with(NodeOptions::default().admin_token(TOKEN)).await;
     send_event(&node, &json!({"type": "clear.test", "payload": {"n": 1}})).await;
     let refused = rewrap(&node, &[]).await;
     assert!(!refused.status.success(), "a node with no keyring cannot rewrap");

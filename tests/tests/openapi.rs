@@ -6,7 +6,7 @@ use hookraft_tests::{NodeOptions, StatusCode, TestNode, assert_problem};
 use reqwest::Method;
 use serde_json::json;
 
-const TOKEN: &str = "secret";
+const TOKEN: &str = "openapi-test-token-1c4d";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_and_the_reference_page_need_no_token_and_v1_still_does() {

@@ -98,10 +98,12 @@ pub struct Member {
 pub trait ClusterAdmin: Send + Sync + 'static {
     /// Current members, voters and learners.
     fn members(&self) -> Vec<Member>;
-    /// Adds a node as a learner, then promotes it to voter once it caught up.
-    fn add_node(&self, id: NodeId, addr: String) -> AdminFuture<'_>;
+    /// Adds a node as a learner, then promotes it to voter once it caught
+    /// up. `bearer` is the caller's token, for a follower to pass the
+    /// change on to the leader.
+    fn add_node(&self, id: NodeId, addr: String, bearer: Option<SecretString>) -> AdminFuture<'_>;
     /// Removes a node from the voters (refusing to leave no live majority).
-    fn remove_node(&self, id: NodeId) -> AdminFuture<'_>;
+    fn remove_node(&self, id: NodeId, bearer: Option<SecretString>) -> AdminFuture<'_>;
 }
 
 /// Metrics of the API itself (`crate::metrics` registers them). Cloning
@@ -158,8 +160,6 @@ pub struct ApiContext {
     pub ingest: Arc<dyn Ingest>,
     pub cluster: Arc<dyn ClusterView>,
     pub admin: Arc<dyn ClusterAdmin>,
-    /// When set, cluster administration requires this token instead of `api_token`.
-    pub admin_token: Option<SecretString>,
     pub clock: Arc<dyn Clock>,
     /// For ids and generated secrets: the node's `Io` entropy (the OS's in
     /// production).
@@ -177,8 +177,8 @@ pub struct ApiContext {
     /// are summed as `endpoint="other"` (at most
     /// [`crate::metrics::TOP_ENDPOINTS_MAX`]).
     pub metrics_top_endpoints: usize,
-    /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
-    pub api_token: Option<SecretString>,
+    /// The bearer tokens `/v1` takes, with their scopes (`crate::auth`).
+    pub tokens: Arc<crate::auth::Tokens>,
     pub allow_private_targets: bool,
     /// How long a rotated-out secret keeps signing by default.
     pub secret_grace_ms: u64,

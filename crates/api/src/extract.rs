@@ -51,11 +51,22 @@ pub async fn read_body<S: Send + Sync>(req: Request, state: &S, require_json: bo
             Problem::malformed(format!("could not read the body: {rejection}"))
         }
     })?;
-    let is_json = content_type.as_deref().is_some_and(|ct| ct.starts_with("application/json") || ct.contains("+json"));
+    let is_json = content_type.as_deref().is_some_and(is_json_media_type);
     if !is_json && (require_json || !bytes.is_empty()) {
         return Err(Problem::unsupported_media("send the body as JSON with `content-type: application/json`"));
     }
     Ok(bytes)
+}
+
+/// Whether a `content-type` is JSON: the media type itself (before any
+/// `;` parameter) is `application/json` or `application/<name>+json`,
+/// compared whole. A browser sends `text/plain` cross-site without a
+/// preflight, whatever its parameters say.
+pub fn is_json_media_type(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let Some(subtype) = essence.strip_prefix("application/") else { return false };
+    let token = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.".contains(&b));
+    subtype == "json" || subtype.strip_suffix("+json").is_some_and(token)
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
@@ -111,6 +122,31 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
+
+    #[test]
+    fn only_json_media_types_are_json() {
+        for json in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/problem+json",
+            " application/vnd.api+json ;x=1",
+        ] {
+            assert!(is_json_media_type(json), "{json}");
+        }
+        for other in [
+            "text/plain; a=+json",
+            "text/plain;application/json",
+            "text/json",
+            "application/jsonx",
+            "application/+json",
+            "application/x+json/more",
+            "multipart/form-data; boundary=application/json",
+            "application/x-www-form-urlencoded",
+            "",
+        ] {
+            assert!(!is_json_media_type(other), "{other}");
+        }
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -10,7 +10,7 @@
 //! - [`views`]: the JSON shapes of `docs/API.md`, typed: the document's schemas.
 //! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers
 //!   (`GET /openapi.json`) and its reference page (`GET /docs`).
-//! - [`validate`]: endpoint settings checks. [`auth`]: the bearer token.
+//! - [`validate`]: endpoint settings checks. [`auth`]: bearer tokens and their scopes.
 //! - [`admission`]: the budgets that refuse ingest a node cannot absorb.
 //! - [`metrics`]: the node's Prometheus registry, rendered by `/metrics`.
 //! - [`routes::ui`]: the operator dashboard under `/ui`, static files
@@ -75,6 +75,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .merge(v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)))
         .merge(public)
         .fallback(no_route)
+        .layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_loopback_host))
         .layer(axum::middleware::map_response(problem::ensure_problem))
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)

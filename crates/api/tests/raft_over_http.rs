@@ -2,7 +2,7 @@
 //! a loopback listener, talking through `HttpNetwork`: a three-node cluster
 //! elects a leader, replicates, commits forwarded writes, streams a
 //! snapshot in chunks to a new learner, and keeps committing with one
-//! follower down. Plus the cluster secret check.
+//! follower down. Plus the link signature's checks.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,10 +13,14 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::middleware::Next;
 use hookraft_api::routes::internal::{self, InternalRpc, LocalWrite, LocalWriteError, LocalWriteFuture};
+use hookraft_core::clock::Clock;
 use hookraft_core::{Command, Response};
-use hookraft_raft::rpc::{self, CLUSTER_SECRET_HEADER, Committed};
+use hookraft_raft::http_network::peer_base;
+use hookraft_raft::link::{self, LinkKey, Stamp};
+use hookraft_raft::rpc::{self, Committed};
 use hookraft_raft::{
-    ForwardError, HttpNetwork, NodeId, Raft, StateHandle, Vote, forward_command, open_sled, raft_config, rpc_client,
+    ForwardError, HttpNetwork, LinkSender, NodeId, Raft, StateHandle, Vote, forward_command, open_sled, raft_config,
+    rpc_client,
 };
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config};
@@ -28,7 +32,27 @@ use tokio::task::JoinHandle;
 const DEADLINE: Duration = Duration::from_secs(60);
 /// Pause between two looks at a polled condition.
 const POLL_PAUSE: Duration = Duration::from_millis(20);
-const SECRET: &str = "test-cluster-secret";
+const SECRET: &str = "test-cluster-secret-of-32-chars-or-more";
+
+/// The machine's wall clock (the node crate's `SystemClock` is not a
+/// dependency here).
+struct WallClock;
+
+impl Clock for WallClock {
+    #[allow(clippy::disallowed_methods)] // a test's stand-in for the node's clock
+    fn wall_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        0
+    }
+}
+
+/// Node `id`'s signer for `secret`.
+fn sender(secret: &str, id: NodeId) -> Arc<LinkSender> {
+    Arc::new(LinkSender::new(secret, id, 0x5eed_0000 + id, Arc::new(WallClock)))
+}
 /// Small chunks, so the snapshot sent to the learner takes several requests.
 const SNAPSHOT_CHUNK_BYTES: u64 = 64;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,11 +94,14 @@ impl TestNode {
         let (log_store, state_machine, state) = open_sled(dir.path(), None).expect("open sled");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
-        let network = HttpNetwork::new(Some(SECRET.into())).expect("network");
+        let network = HttpNetwork::new(Some(sender(SECRET, id))).expect("network");
         let raft = Raft::new(id, Arc::new(test_config()), network, log_store, state_machine).await.expect("raft");
         let rpc = Arc::new(InternalRpc {
             raft: raft.clone(),
-            cluster_secret: SECRET.into(),
+            node_id: id,
+            link_key: LinkKey::derive(SECRET),
+            replay: Default::default(),
+            clock: Arc::new(WallClock),
             local_write: Arc::new(LeaderWrite { raft: raft.clone() }),
         });
         let snapshot_chunks = Arc::new(AtomicUsize::new(0));
@@ -182,17 +209,22 @@ async fn three_nodes_over_http_replicate_forward_and_stream_a_snapshot_to_a_new_
     // A follower forwards a write to the leader's /internal/propose.
     let follower = *all.iter().find(|n| n.id != leader_id).expect("a follower");
     let client = rpc_client().expect("client");
-    let leader_addr = leader.addr.to_string();
-    let forwarded = forward_command(&client, &leader_addr, Some(SECRET), &grant(7, follower.id), WRITE_TIMEOUT).await;
+    let leader_addr = peer_base(&leader.addr.to_string(), false);
+    let link = sender(SECRET, follower.id);
+    let to_leader = Some((&*link, leader_id));
+    let forwarded = forward_command(&client, &leader_addr, to_leader, &grant(7, follower.id), WRITE_TIMEOUT).await;
     assert_eq!(forwarded.map(|c| c.response), Ok(Response::ShardsAssigned { tokens: vec![(7, 6)] }));
     converge("the forwarded grant reached every node", leader, &all).await;
     assert_eq!(follower.state.read().shards[7].owner, Some(follower.id));
 
     // A follower answers a forwarded write with the leader's id.
+    let follower_addr = peer_base(&follower.addr.to_string(), false);
     let to_follower =
-        forward_command(&client, &follower.addr.to_string(), Some(SECRET), &grant(8, 1), WRITE_TIMEOUT).await;
+        forward_command(&client, &follower_addr, Some((&*link, follower.id)), &grant(8, 1), WRITE_TIMEOUT).await;
     assert_eq!(to_follower, Err(ForwardError::NotLeader { leader: Some(leader_id) }));
-    let wrong_secret = forward_command(&client, &leader_addr, Some("nope"), &grant(8, 1), WRITE_TIMEOUT).await;
+    let stranger = sender("another-cluster-secret-of-32-chars-x", follower.id);
+    let wrong_secret =
+        forward_command(&client, &leader_addr, Some((&*stranger, leader_id)), &grant(8, 1), WRITE_TIMEOUT).await;
     assert!(matches!(wrong_secret, Err(ForwardError::Rejected(_))), "{wrong_secret:?}");
 
     // Snapshot, purge the log it covers: a new node can only catch up by snapshot.
@@ -246,31 +278,55 @@ fn agreed_leader_now(nodes: &[&TestNode]) -> NodeId {
 }
 
 #[tokio::test]
-async fn internal_routes_refuse_a_missing_or_wrong_secret_and_bad_bodies() {
+async fn internal_routes_refuse_unsigned_forged_misaddressed_stale_or_replayed_requests_and_bad_bodies() {
     let node = TestNode::start(1).await;
     let client = rpc_client().expect("client");
     let url = format!("http://{}{}", node.addr, rpc::VOTE_PATH);
     let request = rpc::VoteRequest { vote: Vote::new(1, 2), last_log_id: None };
     let body = rpc::encode("vote", &request).expect("encode");
-    let send = |secret: Option<&'static str>, body: Vec<u8>| {
+    let now = WallClock.wall_ms();
+    let mut seq = 0;
+    let mut stamp = |to: NodeId, time_ms: u64| {
+        seq += 1;
+        Stamp { from: 2, to, time_ms, boot: 0xb007, seq }
+    };
+    let key = LinkKey::derive(SECRET);
+    let send = |header: Option<String>, body: Vec<u8>| {
         let mut builder = client.post(&url).timeout(WRITE_TIMEOUT).body(body);
-        if let Some(secret) = secret {
-            builder = builder.header(CLUSTER_SECRET_HEADER, secret);
+        if let Some(header) = header {
+            builder = builder.header(link::LINK_HEADER, header);
         }
         builder.send()
     };
-
     let status = |r: Result<reqwest::Response, reqwest::Error>| r.expect("answered").status().as_u16();
-    assert_eq!(status(send(None, body.clone()).await), 401, "no secret");
-    assert_eq!(status(send(Some("wrong"), body.clone()).await), 401, "wrong secret");
-    assert_eq!(status(send(Some(SECRET), vec![0xff; 3]).await), 400, "garbage body");
-    // Bigger than the public API's 1 MiB limit, under the internal 64 MiB one.
-    assert_eq!(status(send(Some(SECRET), vec![0xff; 2 * 1024 * 1024]).await), 400, "large garbage body");
 
-    let answered = send(Some(SECRET), body).await.expect("answered");
+    assert_eq!(status(send(None, body.clone()).await), 401, "unsigned");
+    let forged =
+        LinkKey::derive("a-guess-at-the-cluster-secret-xxxx").sign_request(&stamp(1, now), rpc::VOTE_PATH, &body);
+    assert_eq!(status(send(Some(forged), body.clone()).await), 401, "another key");
+    let elsewhere = key.sign_request(&stamp(3, now), rpc::VOTE_PATH, &body);
+    assert_eq!(status(send(Some(elsewhere), body.clone()).await), 401, "addressed to node 3");
+    let stale = key.sign_request(&stamp(1, now - 2 * link::LINK_SKEW_MS), rpc::VOTE_PATH, &body);
+    assert_eq!(status(send(Some(stale), body.clone()).await), 401, "two windows old");
+    let other_path = key.sign_request(&stamp(1, now), rpc::APPEND_PATH, &body);
+    assert_eq!(status(send(Some(other_path), body.clone()).await), 401, "signed for another route");
+    let garbage = vec![0xff; 3];
+    let signed = key.sign_request(&stamp(1, now), rpc::VOTE_PATH, &garbage);
+    assert_eq!(status(send(Some(signed), garbage).await), 400, "garbage body");
+    // Bigger than the public API's 1 MiB limit, under the internal 64 MiB one.
+    let large = vec![0xff; 2 * 1024 * 1024];
+    let signed = key.sign_request(&stamp(1, now), rpc::VOTE_PATH, &large);
+    assert_eq!(status(send(Some(signed), large).await), 400, "large garbage body");
+
+    let good = stamp(1, now);
+    let header = key.sign_request(&good, rpc::VOTE_PATH, &body);
+    let answered = send(Some(header.clone()), body.clone()).await.expect("answered");
     assert_eq!(answered.status().as_u16(), 200);
+    let signature = answered.headers().get(link::LINK_REPLY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let bytes = answered.bytes().await.expect("body");
+    assert_eq!(key.verify_reply(signature.as_deref(), &good, 200, &bytes), Ok(()), "the reply is signed");
     let reply: hookraft_raft::RaftReply<rpc::VoteReply> = rpc::decode("vote reply", &bytes).expect("decodes");
     assert!(matches!(reply, hookraft_raft::RaftReply::Ok(ref v) if v.vote_granted), "{reply:?}");
+    assert_eq!(status(send(Some(header), body).await), 401, "the same request again is a replay");
     node.stop().await;
 }

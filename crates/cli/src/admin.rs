@@ -40,9 +40,8 @@ pub struct Target {
     /// Address of any node of the cluster: `host:port` or an `http(s)://` URL.
     #[arg(long, env = "HOOKRAFT_NODE_ADDR", default_value = "127.0.0.1:8080", global = true)]
     pub node: String,
-    /// Admin token (the node's `--admin-token`, else its `--api-token`).
-    /// When neither the flag nor HOOKRAFT_ADMIN_TOKEN is set,
-    /// HOOKRAFT_API_TOKEN is used if present.
+    /// A token of the admin scope (the node's `--admin-token`, or an
+    /// `admin` line of its tokens file); the API token is not one.
     #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<SecretString>,
     /// PEM certificate of the authority to trust for an https:// node
@@ -135,11 +134,9 @@ pub struct AdminClient {
 
 impl AdminClient {
     /// A client for `target` whose every call may take `timeout_ms` in all.
-    /// The token falls back to HOOKRAFT_API_TOKEN when neither `--token`
-    /// nor HOOKRAFT_ADMIN_TOKEN is set.
     pub fn new(target: &Target, timeout_ms: u64) -> anyhow::Result<Self> {
         let base = base_url(&target.node)?;
-        let token = target.token.clone().or_else(|| std::env::var("HOOKRAFT_API_TOKEN").ok().map(SecretString::from));
+        let token = target.token.clone();
         let mut builder = reqwest::Client::builder();
         if let Some(path) = &target.tls_ca {
             let pem = std::fs::read(path).with_context(|| format!("reading --tls-ca {}", path.display()))?;
@@ -208,7 +205,7 @@ fn describe_problem(status: StatusCode, body: &Value) -> String {
         .or_else(|| body.get("title").and_then(Value::as_str))
         .or_else(|| body.as_str().filter(|s| !s.trim().is_empty()));
     let hint = match status {
-        StatusCode::UNAUTHORIZED => " (pass --token or set HOOKRAFT_ADMIN_TOKEN)",
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => " (pass an admin token: --token or HOOKRAFT_ADMIN_TOKEN)",
         _ => "",
     };
     match detail {

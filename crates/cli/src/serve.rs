@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use hookraft_core::payload::Keyring;
-use hookraft_core::redact::SecretString;
+use hookraft_core::redact::{CLUSTER_SECRET_CHARS_MIN, SecretString};
+use hookraft_node::auth::{Credential, Scope, Tokens, parse_tokens_file};
 use hookraft_node::tls::Tls;
 use hookraft_node::{Io, Node, NodeConfig, Runtimes};
 
@@ -22,10 +23,21 @@ pub struct ServeArgs {
     /// Where the Raft log and snapshots live.
     #[arg(long, env = "HOOKRAFT_DATA_DIR", default_value = "./hookraft-data")]
     data_dir: PathBuf,
-    /// Require `Authorization: Bearer <token>` on every /v1 route.
-    /// Mandatory when listening on a non-loopback address.
+    /// A token of the api scope (`Authorization: Bearer <token>`): what
+    /// producers do (events, endpoints, deliveries, sources), not cluster
+    /// administration. At least 16 characters. A node on a non-loopback
+    /// address needs a token (this one, --admin-token, --read-token or
+    /// --tokens-file).
     #[arg(long, env = "HOOKRAFT_API_TOKEN", hide_env_values = true)]
     api_token: Option<SecretString>,
+    /// A token of the read scope: `GET` under /v1, signing secrets left out.
+    #[arg(long, env = "HOOKRAFT_READ_TOKEN", hide_env_values = true)]
+    read_token: Option<SecretString>,
+    /// A file of named tokens, one a line: `<name> <read|api|admin>
+    /// <token or sha256:hex>`. Read again on SIGHUP, so a token is added
+    /// or revoked without a restart.
+    #[arg(long, env = "HOOKRAFT_TOKENS_FILE")]
+    tokens_file: Option<PathBuf>,
     /// Allow webhook targets on loopback, private and link-local addresses.
     #[arg(long, env = "HOOKRAFT_ALLOW_PRIVATE_TARGETS")]
     allow_private_targets: bool,
@@ -39,10 +51,14 @@ pub struct ServeArgs {
     /// Without it the node is a single-node cluster.
     #[arg(long, env = "HOOKRAFT_PEERS", value_parser = parse_peers)]
     peers: Option<BTreeMap<u64, String>>,
-    /// Shared secret of the node-to-node RPC; required with several peers.
+    /// Shared secret of the node-to-node RPC (at least 32 characters);
+    /// required with several peers. It never travels: requests between
+    /// nodes are signed with a key derived from it.
     #[arg(long, env = "HOOKRAFT_CLUSTER_SECRET", hide_env_values = true)]
     cluster_secret: Option<SecretString>,
-    /// Token for cluster administration (defaults to the API token).
+    /// A token of the admin scope: everything under /v1/cluster/
+    /// (membership, shard moves, drains, payload keys) and all else. Never
+    /// the API token: without an admin token, membership changes are refused.
     #[arg(long, env = "HOOKRAFT_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<SecretString>,
     /// How long a heartbeat keeps this node's shard lease (ms).
@@ -110,6 +126,12 @@ pub struct ServeArgs {
     #[arg(long, env = "HOOKRAFT_HISTORY_CACHE", value_parser = hookraft_node::config::parse_history_cache,
           default_value = hookraft_node::config::HISTORY_CACHE_DEFAULT)]
     history_cache: usize,
+    /// Close a new connection at once when its IP address already holds
+    /// this many open; the cluster's nodes are not counted (1 to 65536).
+    #[arg(long, env = "HOOKRAFT_CONNECTIONS_PER_ADDRESS",
+          default_value_t = hookraft_node::listener::CONNECTIONS_PER_ADDRESS_DEFAULT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
+    connections_per_address: usize,
 }
 
 impl ServeArgs {
@@ -149,22 +171,75 @@ fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     hookraft_node::config::parse_peers(text)
 }
 
-pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
-    if args.api_token.as_ref().is_some_and(SecretString::is_empty) {
-        bail!("--api-token is empty");
+/// The tokens of the flags, each checked for strength.
+fn flag_tokens(args: &ServeArgs) -> anyhow::Result<Vec<Credential>> {
+    let flags = [
+        ("api-token", Scope::Api, &args.api_token),
+        ("admin-token", Scope::Admin, &args.admin_token),
+        ("read-token", Scope::Read, &args.read_token),
+    ];
+    let mut credentials = Vec::new();
+    for (name, scope, token) in flags {
+        if let Some(token) = token {
+            credentials.push(Credential::new(name, scope, token).map_err(|e| anyhow::anyhow!("--{name}: {e}"))?);
+        }
     }
-    if !args.listen.ip().is_loopback() && args.api_token.is_none() {
+    Ok(credentials)
+}
+
+/// The tokens of `--tokens-file`; warns when others may read the file.
+fn read_tokens_file(path: &std::path::Path) -> anyhow::Result<Vec<Credential>> {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0);
+    if mode & 0o077 != 0 {
+        tracing::warn!(file = %path.display(), mode = format!("{:o}", mode & 0o777), "the tokens file can be read by other users; chmod 600 it");
+    }
+    parse_tokens_file(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Reads the tokens file again on each SIGHUP; a file that no longer
+/// parses leaves the tokens as they were.
+fn reload_tokens_on_hangup(path: PathBuf, tokens: Arc<Tokens>) -> anyhow::Result<()> {
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match read_tokens_file(&path) {
+                Ok(credentials) => {
+                    let count = tokens.replace_file_tokens(credentials);
+                    tracing::info!(file = %path.display(), tokens = count, "tokens file read again");
+                }
+                Err(error) => tracing::error!(%error, "tokens file not read again; the tokens stay as they were"),
+            }
+        }
+    });
+    Ok(())
+}
+
+pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
+    let tokens = Arc::new(Tokens::new(flag_tokens(&args)?));
+    if let Some(path) = &args.tokens_file {
+        let count = tokens.replace_file_tokens(read_tokens_file(path)?);
+        tracing::info!(file = %path.display(), tokens = count, "tokens file read");
+        reload_tokens_on_hangup(path.clone(), tokens.clone())?;
+    }
+    if !args.listen.ip().is_loopback() && !tokens.any() {
         bail!(
-            "refusing to serve on {} without an API token: set --api-token or HOOKRAFT_API_TOKEN \
-             (a node without a token may only listen on a loopback address)",
+            "refusing to serve on {} without a token: set --api-token (HOOKRAFT_API_TOKEN), --admin-token \
+             or --tokens-file (a node without a token may only listen on a loopback address)",
             args.listen
         );
+    }
+    if let Some(secret) = &args.cluster_secret {
+        secret
+            .check_strength("--cluster-secret", CLUSTER_SECRET_CHARS_MIN)
+            .map_err(|e| anyhow::anyhow!("{e} (set the same one on every node)"))?;
     }
     let peers = args.peers.unwrap_or_default();
     if !peers.is_empty() && !peers.contains_key(&args.node_id) {
         bail!("--peers must list this node ({}) too", args.node_id);
     }
-    if peers.len() > 1 && args.cluster_secret.as_ref().is_none_or(SecretString::is_empty) {
+    if peers.len() > 1 && args.cluster_secret.is_none() {
         bail!("a cluster needs --cluster-secret (or HOOKRAFT_CLUSTER_SECRET) shared by its nodes");
     }
     if !(1_000..=600_000).contains(&args.lease_ms) {
@@ -182,14 +257,14 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     config.advertise = args.advertise.or_else(|| peers.get(&args.node_id).cloned());
     config.peers = peers;
     config.cluster_secret = args.cluster_secret;
-    config.admin_token = args.admin_token;
     config.lease_ms = args.lease_ms;
     config.snapshot_every_entries = args.snapshot_every;
     config.retention_ms = args.retention.0;
-    config.api_token = args.api_token;
+    config.tokens = tokens;
     config.allow_private_targets = args.allow_private_targets;
     config.metrics_top_endpoints = usize::from(args.metrics_top_endpoints);
     config.history_cache_bytes = args.history_cache;
+    config.connections_per_address = args.connections_per_address;
     let machine = machine_memory();
     let (max_pending, memory_budget) = hookraft_node::config::default_budgets(machine);
     config.memory_budget_bytes = args.memory_budget.unwrap_or(memory_budget);
@@ -219,6 +294,7 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     let io = Io::production(
         args.data_dir.clone(),
         args.allow_private_targets,
+        config.node_id,
         config.cluster_secret.clone(),
         runtimes,
         tls,

@@ -35,6 +35,7 @@ pub mod ids;
 pub mod inbound;
 pub mod lifecycle;
 pub mod model;
+pub mod node_addr;
 pub mod ordering;
 pub mod payload;
 pub mod propose;

@@ -12,7 +12,7 @@ use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::NodeId;
 use hookraft_core::propose::{ProposeError, ProposeFuture, Proposer};
 use hookraft_core::redact::SecretString;
-use hookraft_raft::http_network::{ForwardError, forward_command};
+use hookraft_raft::http_network::{ForwardError, LinkSender, forward_command};
 use hookraft_raft::rpc::Committed;
 
 use crate::log_writer::{LogWriter, Written};
@@ -37,6 +37,9 @@ const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 pub type ForwardFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Committed, ForwardError>> + Send + 'a>>;
 
+/// A boxed future for [`PeerClient::prove`].
+pub type ProveFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
 /// How a node hands a write to the leader: HTTP between processes, an
 /// in-memory network in the simulator.
 pub trait PeerClient: Send + Sync + 'static {
@@ -48,28 +51,42 @@ pub trait PeerClient: Send + Sync + 'static {
         command: &'a Command,
         timeout: Duration,
     ) -> ForwardFuture<'a>;
+
+    /// Whether node `target` at `addr` proves it holds the cluster secret
+    /// (`hookraft_raft::link`): asked before a node is added, so that the
+    /// cluster sends nothing to an address that cannot.
+    fn prove<'a>(&'a self, target: NodeId, addr: &'a str) -> ProveFuture<'a>;
 }
 
 /// [`PeerClient`] over the node-to-node HTTP RPC.
 pub struct HttpPeers {
     pub client: reqwest::Client,
-    pub cluster_secret: Option<SecretString>,
-    /// Call peers whose address names no scheme over HTTPS.
+    /// Signs every call; `None` on a node without a shared cluster secret.
+    pub link: Option<Arc<LinkSender>>,
+    /// Call peers over HTTPS.
     pub https: bool,
 }
 
 impl PeerClient for HttpPeers {
     fn forward<'a>(
         &'a self,
-        _target: NodeId,
+        target: NodeId,
         addr: &'a str,
         command: &'a Command,
         timeout: Duration,
     ) -> ForwardFuture<'a> {
         Box::pin(async move {
             let base = hookraft_raft::http_network::peer_base(addr, self.https);
-            let secret = self.cluster_secret.as_ref().map(SecretString::expose);
-            forward_command(&self.client, &base, secret, command, timeout).await
+            let signer = self.link.as_deref().map(|link| (link, target));
+            forward_command(&self.client, &base, signer, command, timeout).await
+        })
+    }
+
+    fn prove<'a>(&'a self, target: NodeId, addr: &'a str) -> ProveFuture<'a> {
+        Box::pin(async move {
+            let link = self.link.as_ref().ok_or("this node has no shared cluster secret")?;
+            let base = hookraft_raft::http_network::peer_base(addr, self.https);
+            link.prove(&self.client, target, &base).await
         })
     }
 }
@@ -191,7 +208,6 @@ pub struct MembershipAdmin {
     /// system's root certificates, which every node start (and every
     /// simulated one) would otherwise pay for nothing.
     pub client: std::sync::OnceLock<reqwest::Client>,
-    pub admin_token: Option<SecretString>,
     /// False when the node runs on a secret of its own: no other node knows
     /// it, so none can join.
     pub shared_cluster_secret: bool,
@@ -200,6 +216,8 @@ pub struct MembershipAdmin {
     pub peer_tls: Option<Vec<reqwest::Certificate>>,
     /// The learners this node, leading, makes voters once caught up.
     pub promotions: crate::promote::Promotions,
+    /// Asks a node to be added to prove it holds the cluster secret.
+    pub peers: Arc<dyn PeerClient>,
 }
 
 impl MembershipAdmin {
@@ -215,6 +233,8 @@ impl MembershipAdmin {
             .no_proxy()
             .retry(reqwest::retry::never())
             .connect_timeout(Duration::from_secs(1))
+            // Below the listener's header timeout, which closes idle connections.
+            .pool_idle_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| AdminError::Unavailable(format!("cannot build an HTTP client: {e}")))?;
         Ok(self.client.get_or_init(|| client))
@@ -229,18 +249,19 @@ impl MembershipAdmin {
         Ok((leader, addr, leader == m.id))
     }
 
-    /// Sends the same admin request to the leader.
+    /// Sends the same admin request to the leader, with the caller's token.
     async fn via_leader(
         &self,
         method: reqwest::Method,
         path: String,
         body: Option<serde_json::Value>,
+        bearer: Option<SecretString>,
     ) -> Result<(), AdminError> {
         let (leader, addr, _) = self.leader()?;
         let addr = addr.ok_or_else(|| AdminError::Unavailable(format!("leader {leader} has no address")))?;
         let base = hookraft_raft::http_network::peer_base(&addr, self.peer_tls.is_some());
         let mut request = self.client()?.request(method, format!("{base}{path}")).timeout(VIA_LEADER_TIMEOUT);
-        if let Some(token) = &self.admin_token {
+        if let Some(token) = &bearer {
             request = request.bearer_auth(token.expose());
         }
         if let Some(body) = body {
@@ -255,6 +276,7 @@ impl MembershipAdmin {
         Err(match status.as_u16() {
             404 => AdminError::NotFound(detail),
             409 => AdminError::Conflict(detail),
+            401 | 403 => AdminError::Unavailable(format!("the leader refused the token ({status}): {detail}")),
             _ => AdminError::Unavailable(format!("leader answered {status}: {detail}")),
         })
     }
@@ -296,7 +318,7 @@ impl ClusterAdmin for MembershipAdmin {
             .collect()
     }
 
-    fn add_node(&self, id: NodeId, addr: String) -> AdminFuture<'_> {
+    fn add_node(&self, id: NodeId, addr: String, bearer: Option<SecretString>) -> AdminFuture<'_> {
         Box::pin(async move {
             if !self.shared_cluster_secret {
                 return Err(AdminError::Conflict(NO_SHARED_SECRET.into()));
@@ -304,7 +326,15 @@ impl ClusterAdmin for MembershipAdmin {
             let (_, _, leading) = self.leader()?;
             if !leading {
                 let body = serde_json::json!({ "id": id, "addr": addr });
-                return self.via_leader(reqwest::Method::POST, "/v1/cluster/nodes".into(), Some(body)).await;
+                return self.via_leader(reqwest::Method::POST, "/v1/cluster/nodes".into(), Some(body), bearer).await;
+            }
+            // Nothing of the cluster goes to an address that cannot prove
+            // it holds the secret (a forged or mistyped member).
+            if let Err(why) = self.peers.prove(id, &addr).await {
+                return Err(AdminError::Conflict(format!(
+                    "node {id} at {addr} did not prove it holds the cluster secret, so nothing was sent to it \
+                     ({why}); start it with the cluster's --cluster-secret and --node-id {id}, then add it again"
+                )));
             }
             // The learner is added (replication to it set up) and the
             // answer goes at once; it becomes a voter in the background
@@ -320,11 +350,12 @@ impl ClusterAdmin for MembershipAdmin {
         })
     }
 
-    fn remove_node(&self, id: NodeId) -> AdminFuture<'_> {
+    fn remove_node(&self, id: NodeId, bearer: Option<SecretString>) -> AdminFuture<'_> {
         Box::pin(async move {
             let (_, _, leading) = self.leader()?;
             if !leading {
-                return self.via_leader(reqwest::Method::DELETE, format!("/v1/cluster/nodes/{id}"), None).await;
+                let path = format!("/v1/cluster/nodes/{id}");
+                return self.via_leader(reqwest::Method::DELETE, path, None, bearer).await;
             }
             let mut voters = self.voters();
             if !voters.remove(&id) {

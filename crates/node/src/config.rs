@@ -26,10 +26,9 @@ pub struct NodeConfig {
     /// its data dir), so its node RPC is closed to everyone and it cannot
     /// take new members.
     pub cluster_secret: Option<SecretString>,
-    /// When set, every `/v1` route requires `Authorization: Bearer <token>`.
-    pub api_token: Option<SecretString>,
-    /// When set, cluster administration requires this token instead.
-    pub admin_token: Option<SecretString>,
+    /// The bearer tokens `/v1` takes, with their scopes; none: `/v1` is
+    /// open, on a loopback address only (`hookraft_api::auth`).
+    pub tokens: Arc<hookraft_api::auth::Tokens>,
     /// Allow webhook targets on loopback, private and link-local addresses.
     pub allow_private_targets: bool,
     /// How long a heartbeat keeps this node's lease valid.
@@ -58,6 +57,9 @@ pub struct NodeConfig {
     pub metrics_top_endpoints: usize,
     /// The page cache of the history store (finished events on disk).
     pub history_cache_bytes: usize,
+    /// Connections one IP address may hold open at once; the cluster
+    /// members' connections are not counted (`crate::listener`).
+    pub connections_per_address: usize,
 }
 
 /// Entries applied between two snapshots unless `--snapshot-every` says otherwise.
@@ -85,8 +87,7 @@ impl NodeConfig {
             advertise: None,
             peers: BTreeMap::new(),
             cluster_secret: None,
-            api_token: None,
-            admin_token: None,
+            tokens: Arc::default(),
             allow_private_targets: false,
             lease_ms: LEASE_MS_DEFAULT,
             secret_grace_ms: 24 * 3_600 * 1_000,
@@ -97,6 +98,7 @@ impl NodeConfig {
             keyring: None,
             metrics_top_endpoints: hookraft_api::metrics::TOP_ENDPOINTS_DEFAULT,
             history_cache_bytes: hookraft_raft::HISTORY_CACHE_BYTES_DEFAULT,
+            connections_per_address: crate::listener::CONNECTIONS_PER_ADDRESS_DEFAULT,
         }
     }
 
@@ -248,9 +250,10 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
         let (id, addr) = part.split_once('=').ok_or_else(|| format!("`{part}` is not id=host:port"))?;
         let id: NodeId = id.trim().parse().map_err(|_| format!("`{id}` is not a node id"))?;
         let addr = addr.trim();
-        if id == 0 || !addr.contains(':') {
+        if id == 0 {
             return Err(format!("`{part}` is not id=host:port with a positive id"));
         }
+        hookraft_core::node_addr::check_node_addr(addr).map_err(|why| format!("`{part}`: {why}"))?;
         if peers.insert(id, addr.to_string()).is_some() {
             return Err(format!("node {id} is listed twice"));
         }
@@ -332,7 +335,7 @@ mod tests {
         let peers = parse_peers("1=a:1, 2=b:2,3=c:3").unwrap();
         assert_eq!(peers.len(), 3);
         assert_eq!(peers[&2], "b:2");
-        for bad in ["1=a", "x=a:1", "0=a:1", "1=a:1,1=b:2", "a:1"] {
+        for bad in ["1=a", "x=a:1", "0=a:1", "1=a:1,1=b:2", "a:1", "1=http://a:1", "1=u@a:1"] {
             assert!(parse_peers(bad).is_err(), "{bad}");
         }
     }
@@ -340,8 +343,12 @@ mod tests {
     #[test]
     fn debug_shows_no_token_or_secret() {
         let mut config = NodeConfig::single("127.0.0.1:1".parse().unwrap());
-        config.api_token = Some("api-7c1e9".into());
-        config.admin_token = Some("admin-0b44d".into());
+        use hookraft_api::auth::{Credential, Scope, Tokens};
+        let token = |text: &str| SecretString::new(text);
+        config.tokens = Arc::new(Tokens::new(vec![
+            Credential::new("api-token", Scope::Api, &token("api-7c1e9-0b44d-e8a21")).unwrap(),
+            Credential::new("admin-token", Scope::Admin, &token("admin-0b44d-e8a21-7c1e9")).unwrap(),
+        ]));
         config.cluster_secret = Some("cluster-e8a21".into());
         for shown in [format!("{config:?}"), format!("{config:#?}")] {
             for secret in ["api-7c1e9", "admin-0b44d", "cluster-e8a21"] {

@@ -11,7 +11,7 @@ use hookraft_core::entropy::Entropy;
 use hookraft_core::redact::SecretString;
 use hookraft_delivery::transport::Transport;
 use hookraft_raft::ApplyObserver;
-use hookraft_raft::http_network::HttpNetwork;
+use hookraft_raft::http_network::{HttpNetwork, LinkSender};
 
 use crate::cluster::{HttpPeers, PeerClient};
 
@@ -132,15 +132,17 @@ where
 
 impl Io<HttpNetwork> {
     /// The system clock, OS entropy, reqwest for webhooks, HTTP between
-    /// nodes with the cluster secret, sled under `data_dir`, spread over
-    /// `runtimes`.
+    /// nodes signed with the cluster secret's key as node `node_id`, sled
+    /// under `data_dir`, spread over `runtimes`.
     pub fn production(
         data_dir: PathBuf,
         allow_private_targets: bool,
+        node_id: hookraft_core::ids::NodeId,
         cluster_secret: Option<SecretString>,
         runtimes: Runtimes,
         tls: Option<crate::tls::Tls>,
     ) -> Result<Self, crate::NodeError> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         let transport = hookraft_delivery::http::HttpTransport::new(allow_private_targets)
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
         let roots = tls.as_ref().map(|tls| tls.peer_roots.clone());
@@ -149,14 +151,18 @@ impl Io<HttpNetwork> {
         let https = tls.is_some();
         let client = hookraft_raft::http_network::rpc_client_trusting(roots.unwrap_or_default())
             .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
-        let mut network = HttpNetwork::with_client(client, cluster_secret.as_ref().map(|s| s.expose().to_owned()))
-            .map_err(|e| crate::NodeError::Transport(e.to_string()))?;
+        let link = cluster_secret.as_ref().map(|secret| {
+            let mut boot = [0u8; 8];
+            OsEntropy.fill(&mut boot);
+            Arc::new(LinkSender::new(secret.expose(), node_id, u64::from_le_bytes(boot), clock.clone()))
+        });
+        let mut network = HttpNetwork::with_client(client, link.clone());
         if https {
             network = network.over_https();
         }
-        let peers = HttpPeers { client: network.client().clone(), cluster_secret, https };
+        let peers = HttpPeers { client: network.client().clone(), link, https };
         Ok(Self {
-            clock: Arc::new(SystemClock::new()),
+            clock,
             // Jitter and timeouts derive from this seed; secrets and ids
             // draw from the OS each time.
             seed: os_seed(),

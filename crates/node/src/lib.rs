@@ -49,6 +49,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::NodeConfig;
+/// Tokens and scopes, for the CLI that reads them.
+pub use hookraft_api::auth;
 pub use io::{Io, OsEntropy, Runtimes, SeededEntropy, Storage, SystemClock};
 
 /// Why a node could not start.
@@ -104,7 +106,7 @@ impl Node {
         let link = Arc::new(observer::SupervisorLink::default());
         let backend = match &io.storage {
             Storage::Sled(dir) => {
-                std::fs::create_dir_all(dir)?;
+                secret::private_dir(dir)?;
                 hookraft_raft::Backend::Sled { path: dir.join("raft"), history_cache_bytes: config.history_cache_bytes }
             }
             Storage::Memory(disk) => hookraft_raft::Backend::Memory(disk.clone()),
@@ -250,12 +252,11 @@ impl Node {
                 state: state.clone(),
                 clock: io.clock.clone(),
                 client: std::sync::OnceLock::new(),
-                admin_token: config.admin_token.clone().or_else(|| config.api_token.clone()),
                 shared_cluster_secret,
                 peer_tls: io.tls.as_ref().map(|tls| tls.peer_roots.clone()),
                 promotions: promote::Promotions::default(),
+                peers: io.peers.clone(),
             }),
-            admin_token: config.admin_token.clone(),
             clock: io.clock.clone(),
             entropy: io.entropy.clone(),
             in_flight,
@@ -264,7 +265,7 @@ impl Node {
             metrics: api_metrics,
             lifecycle,
             metrics_top_endpoints: config.metrics_top_endpoints.min(hookraft_api::metrics::TOP_ENDPOINTS_MAX),
-            api_token: config.api_token.clone(),
+            tokens: config.tokens.clone(),
             allow_private_targets: config.allow_private_targets,
             secret_grace_ms: config.secret_grace_ms,
             admission: Admission::new(Budgets {
@@ -276,31 +277,32 @@ impl Node {
         });
         let local_write: Arc<dyn hookraft_api::routes::internal::LocalWrite> =
             Arc::new(cluster::RaftLocalWrite { writer });
-        let internal = Arc::new(InternalRpc { raft: raft.clone(), cluster_secret, local_write: local_write.clone() });
+        let internal = Arc::new(InternalRpc {
+            raft: raft.clone(),
+            node_id: config.node_id,
+            link_key: hookraft_raft::link::LinkKey::derive(cluster_secret.expose()),
+            replay: Default::default(),
+            clock: io.clock.clone(),
+            local_write: local_write.clone(),
+        });
         let app = hookraft_api::router(api).merge(hookraft_api::routes::internal::router(internal));
         let server = match listener {
             None => None,
             Some(listener) => {
-                let app = app.clone();
-                let mut stop = stop.clone();
-                let stopped = async move {
-                    let _ = stop.wait_for(|s| *s).await;
+                let members = listener::Members::default();
+                tokio::spawn(listener::members::track(
+                    raft.clone(),
+                    config.peers.clone(),
+                    config.node_id,
+                    members.clone(),
+                    stop.clone(),
+                ));
+                let tls = io.tls.as_ref().map(|tls| tokio_rustls::TlsAcceptor::from(tls.server.clone()));
+                let limits = listener::Limits {
+                    connections_per_address: config.connections_per_address,
+                    ..listener::Limits::default()
                 };
-                Some(match &io.tls {
-                    Some(tls) => {
-                        let listener = tls::TlsListener::new(listener, tls.server.clone())?;
-                        let listener = listener::Limited::new(listener, listener::CONNECTIONS_MAX);
-                        tokio::spawn(async move {
-                            axum::serve(listener, listener::with_peers(app)).with_graceful_shutdown(stopped).await
-                        })
-                    }
-                    None => {
-                        let listener = listener::Limited::new(listener, listener::CONNECTIONS_MAX);
-                        tokio::spawn(async move {
-                            axum::serve(listener, listener::with_peers(app)).with_graceful_shutdown(stopped).await
-                        })
-                    }
-                })
+                Some(tokio::spawn(listener::serve(listener, app.clone(), tls, limits, members, stop.clone())))
             }
         };
         tracing::info!(node = config.node_id, %addr, tls = io.tls.is_some(), "hookraft node serving");
@@ -313,8 +315,11 @@ impl NodeHandle {
     /// durable; deliveries in flight are re-sent after the next start.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        if let Some(server) = self.server {
-            let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+        if let Some(mut server) = self.server
+            && tokio::time::timeout(Duration::from_secs(10), &mut server).await.is_err()
+        {
+            // Connections still open past the bound end here.
+            server.abort();
         }
         self.supervisor.stop(Some("node shutting down".into()));
         if let Err(error) = self.raft.shutdown().await {

@@ -58,6 +58,28 @@ fn load_or_create(dir: &Path, entropy: &dyn Entropy) -> Result<SecretString, Str
     Ok(secret)
 }
 
+/// Makes `dir` (and its parents) if missing, readable by its owner only,
+/// and takes group and other access away from an existing one: the data
+/// dir holds the log, snapshots and this node's secret.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700)) {
+            Ok(()) => {
+                tracing::info!(dir = %dir.display(), "the data dir was open to other users; now its owner's only")
+            }
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "the data dir is open to other users and cannot be closed")
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes `text` to `path` readable by its owner only, durably: a temporary
 /// file beside it synced, renamed over `path`, and the directory synced.
 /// Also writes keyring files (`hookraft keys`).
@@ -117,6 +139,19 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "active = k1\n");
         assert!(!partial.exists());
+    }
+
+    #[test]
+    fn the_data_dir_is_made_private_and_an_open_one_is_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("a/b/data");
+        private_dir(&fresh).unwrap();
+        assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o700);
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&open).unwrap();
+        assert_eq!(std::fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o700);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! `hookraft serve --tls-cert FILE --tls-key FILE` serves HTTPS and calls
 //! its peers over HTTPS; `--tls-ca FILE` names the certificate authority
 //! that signed the nodes' certificates, trusted alone for them (without it,
-//! the system's roots). Handshakes run in tasks of their own, at most
-//! [`HANDSHAKES_MAX`] at once and each within [`HANDSHAKE_TIMEOUT`], so a
-//! client that opens a connection and says nothing holds no other one up.
+//! the system's roots). Each handshake runs in its connection's task, once
+//! the listener admitted the connection (its pools and per-address cap,
+//! [`crate::listener`]), within [`HANDSHAKE_TIMEOUT`]: a client that opens
+//! a connection and says nothing holds no other one up, and the pools bound
+//! the handshakes in progress.
 
-use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,17 +17,12 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 /// Longest a client may take to finish its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; further connections wait to be read.
-pub const HANDSHAKES_MAX: usize = 1_024;
-/// Finished handshakes waiting for the HTTP server to take them.
-const READY_QUEUE: usize = 256;
 
 /// What `--tls-cert`, `--tls-key` and `--tls-ca` loaded.
 #[derive(Clone)]
@@ -78,70 +74,19 @@ impl Tls {
     }
 }
 
-/// A listener that hands axum connections whose TLS handshake finished.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    accepting: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Starts accepting on `tcp`; handshakes run in tasks of their own.
-    pub fn new(tcp: TcpListener, server: Arc<rustls::ServerConfig>) -> io::Result<Self> {
-        let local = tcp.local_addr()?;
-        let (tx, ready) = mpsc::channel(READY_QUEUE);
-        let accepting = tokio::spawn(accept_loop(tcp, TlsAcceptor::from(server), tx));
-        Ok(Self { ready, local, accepting })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accepting.abort();
-    }
-}
-
-async fn accept_loop(tcp: TcpListener, acceptor: TlsAcceptor, ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>) {
-    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
-    loop {
-        let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
-        let (stream, peer) = match tcp.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                // Out of file descriptors and the like: wait, do not spin.
-                tracing::warn!(%error, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let (acceptor, ready) = (acceptor.clone(), ready.clone());
-        tokio::spawn(async move {
-            let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => {
-                    let _ = ready.send((tls, peer)).await;
-                }
-                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-            }
-        });
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(accepted) => accepted,
-            // The accept loop ended (it never does while the listener lives).
-            None => std::future::pending().await,
+/// The TLS stream of an accepted connection, once its handshake finished
+/// within [`HANDSHAKE_TIMEOUT`]; `None` when it failed or timed out.
+pub async fn handshake(acceptor: &TlsAcceptor, stream: TcpStream, peer: SocketAddr) -> Option<TlsStream<TcpStream>> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, "TLS handshake failed");
+            None
         }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
     }
 }
 

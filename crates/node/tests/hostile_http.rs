@@ -30,7 +30,7 @@ impl Subject {
             tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let dir = tempfile::tempdir().expect("tempdir");
         let listen: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let io = Io::production(dir.path().join("data"), false, None, Runtimes::default(), None).expect("io");
+        let io = Io::production(dir.path().join("data"), false, 1, None, Runtimes::default(), None).expect("io");
         let node = runtime.block_on(Node::start(NodeConfig::single(listen), io, None)).expect("node starts");
         let subject = Self { runtime, node: Some(node), _dir: dir };
         for _ in 0..600 {

@@ -7,14 +7,21 @@
 //! default chunked `full_snapshot`: one [`rpc::SNAPSHOT_PATH`] call per chunk.
 //! [`forward_command`] sends a command to the leader's [`rpc::PROPOSE_PATH`].
 //!
+//! Every call is signed and every `200` reply checked as [`crate::link`]
+//! says: a [`LinkSender`] holds the key, and the addresses that proved
+//! they hold it. The first call to an address not proven yet is a
+//! [`link::HELLO_PATH`] with an empty body; a connection that failed, or a
+//! reply that does not verify, makes the address unproven again.
+//!
 //! Every call has a deadline (openraft's `hard_ttl`, else
 //! [`RPC_TIMEOUT_DEFAULT`]) and a [`CONNECT_TIMEOUT`]; reqwest is told not
 //! to retry on its own nor to use proxies from the environment, so openraft
 //! alone decides when to try again. Failures map to openraft's errors like
 //! this:
 //! - no connection (refused, unresolvable, connect timeout), a status other
-//!   than 200 (401 wrong secret, 400 undecodable, 503), an undecodable or
-//!   oversized reply, or a remote Raft that has stopped → `Unreachable`:
+//!   than 200 (401 wrong secret, 400 undecodable, 503), an undecodable,
+//!   unsigned or oversized reply, a peer that did not prove it holds the
+//!   secret, or a remote Raft that has stopped → `Unreachable`:
 //!   openraft backs off for [`UNREACHABLE_BACKOFF`] before the next try;
 //! - a connection that failed or timed out mid-exchange → `Network`;
 //! - 413 on `append_entries` → `PayloadTooLarge`, so openraft sends fewer
@@ -24,8 +31,13 @@
 //!
 //! This module decides nothing about Raft; it only carries bytes.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use hookraft_core::clock::Clock;
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
@@ -37,6 +49,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::link::{self, LinkKey, Stamp};
 use crate::rpc::{self, AppendRequest, AppendResponse, ProposeReply, RaftReply, SnapshotRequest, SnapshotResponse};
 use crate::{Command, NodeId, TypeConfig};
 
@@ -50,17 +63,96 @@ pub const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 pub const REPLY_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// How much of a non-200 reply is kept for the error message.
 const ERROR_EXCERPT_BYTES_MAX: usize = 512;
-/// Idle connections to a peer are closed after this long.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Idle connections to a peer are closed after this long: before the
+/// peer's own header timeout closes them (the node listener's), so a call
+/// never goes out on a connection the peer is closing.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What can go wrong setting up the transport.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpNetworkError {
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
-    #[error("the cluster secret is not a valid HTTP header value (use visible ASCII)")]
-    InvalidSecret,
 }
+
+/// The sending side of [`crate::link`]: this node's key, id and run, and
+/// the peers that proved they hold the key.
+pub struct LinkSender {
+    key: LinkKey,
+    me: NodeId,
+    /// Drawn at random when the node starts.
+    boot: u64,
+    seq: AtomicU64,
+    clock: Arc<dyn Clock>,
+    /// `(node, address)` pairs whose hello reply verified.
+    proven: Mutex<HashSet<(NodeId, String)>>,
+}
+
+impl fmt::Debug for LinkSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkSender").field("me", &self.me).finish_non_exhaustive()
+    }
+}
+
+impl LinkSender {
+    /// Node `me`'s sender for the cluster secret `secret`; `boot` must be
+    /// drawn at random on each start.
+    pub fn new(secret: &str, me: NodeId, boot: u64, clock: Arc<dyn Clock>) -> Self {
+        Self { key: LinkKey::derive(secret), me, boot, seq: AtomicU64::new(0), clock, proven: Mutex::default() }
+    }
+
+    fn stamp(&self, to: NodeId) -> Stamp {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        Stamp { from: self.me, to, time_ms: self.clock.wall_ms(), boot: self.boot, seq }
+    }
+
+    fn is_proven(&self, to: NodeId, base: &str) -> bool {
+        self.proven.lock().unwrap_or_else(|p| p.into_inner()).contains(&(to, base.to_owned()))
+    }
+
+    fn set_proven(&self, to: NodeId, base: &str, proven: bool) {
+        let mut set = self.proven.lock().unwrap_or_else(|p| p.into_inner());
+        if proven {
+            set.insert((to, base.to_owned()));
+        } else {
+            set.remove(&(to, base.to_owned()));
+        }
+    }
+
+    /// Whether node `to` at `base` (`scheme://host:port`) proves it holds
+    /// the key: a hello, answered with a reply that verifies. Nothing
+    /// listening there is tried again for up to [`PROVE_CONNECT_WAIT`] (a
+    /// node still starting); any other failure answers at once.
+    pub async fn prove(&self, client: &reqwest::Client, to: NodeId, base: &str) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + PROVE_CONNECT_WAIT;
+        loop {
+            match self.hello(client, to, base).await {
+                Ok(()) => return Ok(()),
+                Err(CallError::Unproven(inner))
+                    if matches!(*inner, CallError::Connect(_)) && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(PROVE_RETRY_PAUSE).await;
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+    }
+
+    async fn hello(&self, client: &reqwest::Client, to: NodeId, base: &str) -> Result<(), CallError> {
+        let url = format!("{base}{}", link::HELLO_PATH);
+        let result = exchange(client, &url, link::HELLO_PATH, Some((self, to)), Vec::new(), HELLO_TIMEOUT).await;
+        let proven = result.is_ok();
+        self.set_proven(to, base, proven);
+        result.map(|_| ()).map_err(|error| CallError::Unproven(Box::new(error)))
+    }
+}
+
+/// How long a hello may take.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long [`LinkSender::prove`] waits for a node that does not listen yet.
+pub const PROVE_CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// The pause between two of its tries.
+const PROVE_RETRY_PAUSE: Duration = Duration::from_millis(250);
 
 /// Why a forwarded command did not return a [`Response`](crate::Response).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,32 +199,31 @@ pub fn rpc_client_trusting(roots: Vec<reqwest::Certificate>) -> Result<reqwest::
 #[derive(Clone)]
 pub struct HttpNetwork {
     client: reqwest::Client,
-    /// The header value sent to every peer; `None` when the cluster has no secret.
-    cluster_secret: Option<HeaderValue>,
-    /// Call peers whose address names no scheme over HTTPS.
+    /// Signs every call; `None` on a node without a shared cluster secret,
+    /// whose calls every peer refuses.
+    link: Option<Arc<LinkSender>>,
+    /// Call peers over HTTPS.
     https: bool,
 }
 
 impl fmt::Debug for HttpNetwork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret = self.cluster_secret.as_ref().map(|_| "<redacted>");
-        f.debug_struct("HttpNetwork").field("cluster_secret", &secret).finish_non_exhaustive()
+        f.debug_struct("HttpNetwork").field("link", &self.link).field("https", &self.https).finish_non_exhaustive()
     }
 }
 
 impl HttpNetwork {
     /// A network with its own [`rpc_client`].
-    pub fn new(cluster_secret: Option<String>) -> Result<Self, HttpNetworkError> {
-        Self::with_client(rpc_client()?, cluster_secret)
+    pub fn new(link: Option<Arc<LinkSender>>) -> Result<Self, HttpNetworkError> {
+        Ok(Self::with_client(rpc_client()?, link))
     }
 
     /// A network over `client`, which should be built like [`rpc_client`].
-    pub fn with_client(client: reqwest::Client, cluster_secret: Option<String>) -> Result<Self, HttpNetworkError> {
-        let cluster_secret = cluster_secret.as_deref().map(secret_header).transpose()?;
-        Ok(Self { client, cluster_secret, https: false })
+    pub fn with_client(client: reqwest::Client, link: Option<Arc<LinkSender>>) -> Self {
+        Self { client, link, https: false }
     }
 
-    /// Calls peers whose address names no scheme over HTTPS.
+    /// Calls peers over HTTPS.
     pub fn over_https(mut self) -> Self {
         self.https = true;
         self
@@ -142,29 +233,17 @@ impl HttpNetwork {
     pub fn client(&self) -> &reqwest::Client {
         &self.client
     }
-}
 
-fn secret_header(secret: &str) -> Result<HeaderValue, HttpNetworkError> {
-    let mut value = HeaderValue::from_str(secret).map_err(|_| HttpNetworkError::InvalidSecret)?;
-    value.set_sensitive(true);
-    Ok(value)
-}
-
-/// `http://{addr}{path}`, or `https://` when `https`; an `addr` that
-/// already names a scheme is kept.
-fn url(addr: &str, path: &str, https: bool) -> String {
-    let addr = addr.trim_end_matches('/');
-    if addr.starts_with("http://") || addr.starts_with("https://") {
-        format!("{addr}{path}")
-    } else {
-        format!("{}://{addr}{path}", if https { "https" } else { "http" })
+    /// The signer, to share with [`forward_command`].
+    pub fn link(&self) -> Option<&Arc<LinkSender>> {
+        self.link.as_ref()
     }
 }
 
-/// `addr` with the scheme a peer is called with: its own, else `https://`
-/// when `https`, else `http://`.
+/// `http://{addr}`, or `https://{addr}` when `https`: the scheme is the
+/// cluster's, never the address's (`hookraft_core::node_addr`).
 pub fn peer_base(addr: &str, https: bool) -> String {
-    url(addr, "", https)
+    format!("{}://{}", if https { "https" } else { "http" }, addr.trim_end_matches('/'))
 }
 
 impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
@@ -173,8 +252,8 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> HttpPeer {
         HttpPeer {
             client: self.client.clone(),
-            cluster_secret: self.cluster_secret.clone(),
-            https: self.https,
+            link: self.link.clone(),
+            base: peer_base(&node.addr, self.https),
             target,
             node: node.clone(),
         }
@@ -185,8 +264,9 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetwork {
 #[derive(Clone)]
 pub struct HttpPeer {
     client: reqwest::Client,
-    cluster_secret: Option<HeaderValue>,
-    https: bool,
+    link: Option<Arc<LinkSender>>,
+    /// `scheme://host:port` of the peer.
+    base: String,
     target: NodeId,
     /// The peer's address, as in the membership config.
     node: BasicNode,
@@ -213,6 +293,10 @@ enum CallError {
     ReplyTooLarge,
     #[error("cannot decode the reply: {0}")]
     Decode(crate::Error),
+    #[error("the reply is not signed with the cluster's key: {0}")]
+    Unsigned(link::LinkError),
+    #[error("the peer did not prove it holds the cluster secret ({0})")]
+    Unproven(Box<CallError>),
 }
 
 impl CallError {
@@ -222,35 +306,64 @@ impl CallError {
     }
 }
 
-/// `POST`s `request` to `url` and decodes the 200 reply.
+/// `POST`s `request` to node `to` at `base` (`scheme://host:port`) +
+/// `path`, signed by `link`, and decodes the 200 reply. An address not
+/// proven yet gets a hello first; a failed connection or an unsigned
+/// reply makes it unproven again.
 async fn call<Req: Serialize, Rep: DeserializeOwned>(
     client: &reqwest::Client,
-    url: &str,
-    secret: Option<&HeaderValue>,
+    base: &str,
+    path: &str,
+    signer: Option<(&LinkSender, NodeId)>,
     request: &Req,
     timeout: Duration,
 ) -> Result<Rep, CallError> {
     let body = rpc::encode("rpc request", request).map_err(CallError::Encode)?;
     let timeout = if timeout.is_zero() { RPC_TIMEOUT_DEFAULT } else { timeout };
-    let mut builder = client
-        .post(url)
-        .timeout(timeout)
-        .header(CONTENT_TYPE, HeaderValue::from_static(rpc::BINCODE_CONTENT_TYPE))
-        .body(body);
-    if let Some(secret) = secret {
-        builder = builder.header(rpc::CLUSTER_SECRET_HEADER, secret.clone());
+    if let Some((link, to)) = signer
+        && !link.is_proven(to, base)
+    {
+        link.hello(client, to, base).await?;
     }
-    let mut response = builder.send().await.map_err(CallError::from_reqwest)?;
+    let url = format!("{base}{path}");
+    let result = exchange(client, &url, path, signer, body, timeout).await;
+    if let (Some((link, to)), Err(CallError::Connect(_) | CallError::Unsigned(_))) = (signer, &result) {
+        link.set_proven(to, base, false);
+    }
+    rpc::decode("rpc reply", &result?).map_err(CallError::Decode)
+}
+
+/// One signed `POST` of `body`; the reply's body once its status is 200
+/// and its signature verifies.
+async fn exchange(
+    client: &reqwest::Client,
+    url: &str,
+    path: &str,
+    signer: Option<(&LinkSender, NodeId)>,
+    body: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, CallError> {
+    let mut builder =
+        client.post(url).timeout(timeout).header(CONTENT_TYPE, HeaderValue::from_static(rpc::BINCODE_CONTENT_TYPE));
+    let stamp = signer.map(|(link, to)| (link, link.stamp(to)));
+    if let Some((link, stamp)) = &stamp {
+        builder = builder.header(link::LINK_HEADER, link.key.sign_request(stamp, path, &body));
+    }
+    let mut response = builder.body(body).send().await.map_err(CallError::from_reqwest)?;
     let status = response.status();
     if status != StatusCode::OK {
         let (excerpt, _) = read_up_to(&mut response, ERROR_EXCERPT_BYTES_MAX).await.unwrap_or_default();
         return Err(CallError::Status { status, excerpt: String::from_utf8_lossy(&excerpt).into_owned() });
     }
+    let signature = response.headers().get(link::LINK_REPLY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (bytes, complete) = read_up_to(&mut response, REPLY_BYTES_MAX).await.map_err(CallError::from_reqwest)?;
     if !complete {
         return Err(CallError::ReplyTooLarge);
     }
-    rpc::decode("rpc reply", &bytes).map_err(CallError::Decode)
+    if let Some((link, stamp)) = stamp {
+        link.key.verify_reply(signature.as_deref(), &stamp, status.as_u16(), &bytes).map_err(CallError::Unsigned)?;
+    }
+    Ok(bytes)
 }
 
 /// Reads at most `max` bytes of the body; `true` when that was all of it.
@@ -281,8 +394,8 @@ impl HttpPeer {
         request: &Req,
         option: &RPCOption,
     ) -> Result<RaftReply<Rep>, CallError> {
-        let url = url(&self.node.addr, path, self.https);
-        call(&self.client, &url, self.cluster_secret.as_ref(), request, option.hard_ttl()).await
+        let signer = self.link.as_deref().map(|link| (link, self.target));
+        call(&self.client, &self.base, path, signer, request, option.hard_ttl()).await
     }
 
     /// Maps a failed call to openraft's error (module docs).
@@ -290,9 +403,12 @@ impl HttpPeer {
         let message = format!("{path} to node {} at {}: {error}", self.target, self.node.addr);
         match error {
             CallError::Encode(_) | CallError::Exchange(_) => network(message),
-            CallError::Connect(_) | CallError::Status { .. } | CallError::ReplyTooLarge | CallError::Decode(_) => {
-                unreachable(message)
-            }
+            CallError::Connect(_)
+            | CallError::Status { .. }
+            | CallError::ReplyTooLarge
+            | CallError::Decode(_)
+            | CallError::Unsigned(_)
+            | CallError::Unproven(_) => unreachable(message),
         }
     }
 
@@ -383,19 +499,19 @@ impl RaftNetwork<TypeConfig> for HttpPeer {
     }
 }
 
-/// Sends `command` to the node at `addr` (`host:port`) to be committed
-/// there, and returns the state machine's answer. Used by a follower to
-/// hand a client write to the leader; `timeout` bounds the whole exchange
-/// (zero means [`RPC_TIMEOUT_DEFAULT`]).
+/// Sends `command` to node `target` at `base` (`scheme://host:port`) to
+/// be committed there, and returns the state machine's answer. Used by a
+/// follower to hand a client write to the leader; `timeout` bounds the
+/// exchange (zero means [`RPC_TIMEOUT_DEFAULT`]).
 pub async fn forward_command(
     client: &reqwest::Client,
-    addr: &str,
-    secret: Option<&str>,
+    base: &str,
+    signer: Option<(&LinkSender, NodeId)>,
     command: &Command,
     timeout: Duration,
 ) -> Result<rpc::Committed, ForwardError> {
-    let secret = secret.map(secret_header).transpose().map_err(|e| ForwardError::Rejected(e.to_string()))?;
-    let reply = call(client, &url(addr, rpc::PROPOSE_PATH, false), secret.as_ref(), command, timeout).await;
+    let addr = base;
+    let reply = call(client, base, rpc::PROPOSE_PATH, signer, command, timeout).await;
     match reply {
         Ok(ProposeReply::Applied(committed)) => Ok(committed),
         Ok(ProposeReply::NotLeader { leader: Some(leader) }) => Err(ForwardError::NotLeader { leader: Some(leader) }),
@@ -403,6 +519,13 @@ pub async fn forward_command(
         Ok(ProposeReply::Failed(why)) => Err(ForwardError::Rejected(why)),
         Err(error @ (CallError::Encode(_) | CallError::Status { status: StatusCode::UNAUTHORIZED, .. })) => {
             Err(ForwardError::Rejected(format!("{addr}: {error}")))
+        }
+        Err(CallError::Unproven(inner))
+            if matches!(*inner, CallError::Status { status: StatusCode::UNAUTHORIZED, .. }) =>
+        {
+            Err(ForwardError::Rejected(format!(
+                "{addr}: the node refused this node's signature (another cluster secret?): {inner}"
+            )))
         }
         Err(error @ CallError::Status { status, .. }) if status.is_client_error() => {
             Err(ForwardError::Rejected(format!("{addr}: {error}")))
@@ -424,31 +547,93 @@ mod tests {
         addr.to_string()
     }
 
+    struct FixedClock;
+
+    impl Clock for FixedClock {
+        fn wall_ms(&self) -> u64 {
+            1_800_000_000_000
+        }
+
+        fn monotonic_ms(&self) -> u64 {
+            0
+        }
+    }
+
+    fn sender() -> Arc<LinkSender> {
+        Arc::new(LinkSender::new("hunter2-hunter2-hunter2-hunter2-x", 1, 7, Arc::new(FixedClock)))
+    }
+
     #[test]
-    fn url_adds_http_unless_a_scheme_is_given() {
-        assert_eq!(url("10.0.0.1:7000", rpc::VOTE_PATH, false), "http://10.0.0.1:7000/internal/raft/vote");
-        assert_eq!(url("10.0.0.1:7000", rpc::VOTE_PATH, true), "https://10.0.0.1:7000/internal/raft/vote");
-        assert_eq!(url("https://n1:7000/", rpc::VOTE_PATH, false), "https://n1:7000/internal/raft/vote");
-        assert_eq!(url("http://n1:7000", rpc::VOTE_PATH, true), "http://n1:7000/internal/raft/vote");
+    fn the_scheme_is_the_clusters_never_the_addresss() {
+        assert_eq!(peer_base("10.0.0.1:7000", false), "http://10.0.0.1:7000");
         assert_eq!(peer_base("n1:7000", true), "https://n1:7000");
     }
 
     #[test]
-    fn debug_output_redacts_the_secret() {
-        let network = HttpNetwork::new(Some("hunter2".into())).expect("builds");
+    fn debug_output_shows_no_key() {
+        let network = HttpNetwork::new(Some(sender())).expect("builds");
         let text = format!("{network:?}");
-        assert!(!text.contains("hunter2") && text.contains("redacted"), "{text}");
+        assert!(!text.contains("hunter2") && text.contains("LinkSender"), "{text}");
     }
 
     #[test]
-    fn a_secret_that_is_no_header_value_is_refused() {
-        let err = HttpNetwork::new(Some("two\nlines".into())).expect_err("newline refused");
-        assert!(matches!(err, HttpNetworkError::InvalidSecret), "{err:?}");
+    fn each_request_gets_the_next_sequence_number_of_the_run() {
+        let link = sender();
+        let (a, b) = (link.stamp(2), link.stamp(3));
+        assert_eq!((a.seq, b.seq, a.boot, a.to, b.to, a.from), (1, 2, 7, 2, 3, 1));
+    }
+
+    /// A listener that answers every request 200 with a body and no
+    /// signature, and counts the requests and the bytes it was sent.
+    async fn forged_listener() -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65_536];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        log.lock().unwrap().push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                        let reply = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if socket.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    #[tokio::test]
+    async fn a_forged_peer_gets_a_hello_and_nothing_else() {
+        let (addr, seen) = forged_listener().await;
+        let link = sender();
+        let client = rpc_client().expect("builds");
+        let command = Command::SetDraining { node_id: 1, draining: true, now_ms: 1 };
+        let base = peer_base(&addr, false);
+        let err = forward_command(&client, &base, Some((&link, 99)), &command, Duration::from_secs(2))
+            .await
+            .expect_err("the forged peer cannot sign its reply");
+        assert!(matches!(err, ForwardError::Unreachable(_)), "{err:?}");
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        assert!(requests[0].starts_with("POST /internal/hello "), "{}", requests[0]);
+        assert!(requests[0].ends_with("\r\n\r\n"), "the hello carries no body: {}", requests[0]);
+        assert!(!requests[0].contains("hunter2"), "the secret travelled: {}", requests[0]);
+        assert!(!link.is_proven(99, &base));
     }
 
     #[tokio::test]
     async fn vote_to_a_closed_port_is_unreachable() {
-        let mut network = HttpNetwork::new(Some("s".into())).expect("builds");
+        let mut network = HttpNetwork::new(Some(sender())).expect("builds");
         let mut peer = network.new_client(2, &BasicNode::new(closed_addr().await)).await;
         let rpc = rpc::VoteRequest { vote: Vote::new(1, 1), last_log_id: None };
         let err = peer.vote(rpc, RPCOption::new(Duration::from_secs(2))).await.expect_err("nobody listens");
@@ -460,7 +645,8 @@ mod tests {
     async fn forward_to_a_closed_port_is_unreachable() {
         let client = rpc_client().expect("builds");
         let command = Command::Noop;
-        let err = forward_command(&client, &closed_addr().await, None, &command, Duration::from_secs(2))
+        let base = peer_base(&closed_addr().await, false);
+        let err = forward_command(&client, &base, Some((&sender(), 2)), &command, Duration::from_secs(2))
             .await
             .expect_err("nobody listens");
         assert!(matches!(err, ForwardError::Unreachable(_)), "{err:?}");

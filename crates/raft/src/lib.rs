@@ -52,6 +52,7 @@ pub mod disk;
 pub mod error;
 pub mod history_store;
 pub mod http_network;
+pub mod link;
 pub mod log_command;
 pub mod log_size;
 pub mod log_store;
@@ -80,7 +81,9 @@ pub use hookraft_core::{ClusterState, Command, Response};
 pub use disk::{Batch, BatchOp, Disk, FileSlot, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
 pub use history_store::{HISTORY_CACHE_BYTES_DEFAULT, HistoryView, RedbHistory};
-pub use http_network::{ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, forward_command, rpc_client};
+pub use http_network::{
+    ForwardError, HttpNetwork, HttpNetworkError, HttpPeer, LinkSender, forward_command, rpc_client,
+};
 pub use log_command::LogCommand;
 pub use log_store::{LogStore, SledLogStore};
 pub use mem_disk::MemDisk;

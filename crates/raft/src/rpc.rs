@@ -4,7 +4,7 @@
 //!
 //! Every call is an HTTP `POST` of a bincode body (this crate's one bincode
 //! configuration, see `codec`) to one of the paths below, carrying
-//! [`CLUSTER_SECRET_HEADER`] when the cluster has a secret. A request the
+//! the signature of [`crate::link`] ([`crate::link::LINK_HEADER`]). A request the
 //! server could decode and hand to Raft is answered `200` with a bincode
 //! [`RaftReply`] or [`ProposeReply`]; any other status means the request did
 //! not reach Raft (401 secret refused, 400 undecodable body, 413 body over
@@ -33,8 +33,6 @@ pub const VOTE_PATH: &str = "/internal/raft/vote";
 pub const SNAPSHOT_PATH: &str = "/internal/raft/snapshot";
 /// A client write forwarded to the leader: body [`Command`], reply [`ProposeReply`].
 pub const PROPOSE_PATH: &str = "/internal/propose";
-/// The header that carries the cluster secret.
-pub const CLUSTER_SECRET_HEADER: &str = "x-hookraft-cluster-secret";
 /// The content type of every request and reply body.
 pub const BINCODE_CONTENT_TYPE: &str = "application/octet-stream";
 /// The largest request body a node accepts on these routes: big append

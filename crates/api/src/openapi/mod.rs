@@ -34,8 +34,8 @@ use utoipa_axum::routes;
 pub const API_TOKEN: &str = "apiToken";
 /// The admin token's: routes under `/v1/cluster/`.
 pub const ADMIN_TOKEN: &str = "adminToken";
-/// The cluster secret's: node-to-node routes.
-pub const CLUSTER_SECRET: &str = "clusterSecret";
+/// The node links' signature: node-to-node routes.
+pub const CLUSTER_SECRET: &str = "nodeLink";
 
 /// What the document says about itself; the routes add the rest.
 #[derive(utoipa::OpenApi)]
@@ -110,20 +110,25 @@ fn finish(doc: &mut OpenApi) {
     };
     components.add_security_scheme(
         API_TOKEN,
-        bearer("The node's API token (`--api-token`), as `Authorization: Bearer <token>`. Without one configured, `/v1` is open."),
+        bearer(
+            "A token of the read scope (`GET`) or the api scope (`--api-token`, `--read-token`, \
+             `--tokens-file`), as `Authorization: Bearer <token>`. Without any token configured, `/v1` is \
+             open to loopback hosts only.",
+        ),
     );
     components.add_security_scheme(
         ADMIN_TOKEN,
         bearer(
-            "Routes under `/v1/cluster/` (administration and payload keys) take the admin token \
-             (`--admin-token`) when one is set, else the API token.",
+            "Routes under `/v1/cluster/` (administration, membership and payload keys) take a token of the \
+             admin scope (`--admin-token`, or an `admin` line of `--tokens-file`), never the API token.",
         ),
     );
     components.add_security_scheme(
         CLUSTER_SECRET,
         SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
-            hookraft_raft::rpc::CLUSTER_SECRET_HEADER,
-            "The cluster secret (`--cluster-secret`), on node-to-node routes only.",
+            hookraft_raft::link::LINK_HEADER,
+            "An HMAC-SHA256 signature under a key derived from the cluster secret (`--cluster-secret`), \
+             with the sender, receiver, time and a sequence number; node-to-node routes only.",
         ))),
     );
     components.responses.extend(problems::components().into_iter().map(|(name, r)| (name.to_string(), r)));
@@ -155,6 +160,9 @@ fn finish(doc: &mut OpenApi) {
             };
             if let Some(scheme) = credential {
                 add("401", "Unauthorized");
+                if scheme != CLUSTER_SECRET {
+                    add("403", "OutOfScope");
+                }
                 operation.security = Some(vec![SecurityRequirement::new(scheme, Vec::<String>::new())]);
             }
             let json_body = operation

@@ -67,8 +67,11 @@ problem_responses! {
     /// 400: the request could not be read.
     BadRequest: "The body is not JSON, or a query parameter or header is malformed", ["malformed-request"], false;
     /// 401 on `/v1` and node-to-node routes.
-    Unauthorized: "The bearer token (the admin token under `/v1/cluster/`, the cluster secret for node-to-node \
-        routes) is missing or wrong", ["unauthorized"], false;
+    Unauthorized: "The bearer token is missing or unknown (on node-to-node routes: the link signature is \
+        missing, wrong, late or replayed)", ["unauthorized"], false;
+    /// 403 on `/v1`: a known token whose scope does not cover the route.
+    OutOfScope: "The token's scope (read, api, admin) does not cover this route, or a membership change was \
+        asked of a node without an admin token; the detail says what to use", ["forbidden"], false;
     /// 401 at a source's ingress.
     BadSignature: "The provider's signature is missing, malformed, expired or does not match", ["bad-signature"], false;
     /// 403 at a source's ingress.

@@ -10,11 +10,12 @@ use crate::problem::PROBLEM_TYPES;
 /// Every route a node serves. A route added with `routes!` shows up in the
 /// document by itself; this list makes adding one a visible change here
 /// and in docs/API.md.
-const ROUTES: [(&str, &str); 48] = [
+const ROUTES: [(&str, &str); 49] = [
     ("get", "/"),
     ("get", "/docs"),
     ("get", "/healthz"),
     ("post", "/in/{source_id}"),
+    ("post", "/internal/hello"),
     ("post", "/internal/propose"),
     ("post", "/internal/raft/append"),
     ("post", "/internal/raft/snapshot"),
@@ -99,7 +100,9 @@ fn the_document_lists_every_route_the_node_serves_and_no_other() {
     assert_eq!(documented, expected);
     // The node-to-node client calls the paths `hookraft_raft::rpc` names.
     use hookraft_raft::rpc;
-    for path in [rpc::APPEND_PATH, rpc::VOTE_PATH, rpc::SNAPSHOT_PATH, rpc::PROPOSE_PATH] {
+    for path in
+        [rpc::APPEND_PATH, rpc::VOTE_PATH, rpc::SNAPSHOT_PATH, rpc::PROPOSE_PATH, hookraft_raft::link::HELLO_PATH]
+    {
         assert!(documented.contains(&("post".to_string(), path.to_string())), "{path}");
     }
 }

@@ -1,14 +1,15 @@
 //! `/v1/cluster`: the cluster's state from any node, and its administration
-//! (shard moves, drains, membership changes). Admin routes need the admin
-//! token when one is configured.
+//! (shard moves, drains, membership changes). Everything under
+//! `/v1/cluster/` needs a token of the admin scope (`crate::auth`).
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use hookraft_core::command::{Command, Response};
 use hookraft_core::ids::{NodeId, SHARD_COUNT};
+use hookraft_core::redact::SecretString;
 use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -187,6 +188,14 @@ struct AddNode {
     addr: String,
 }
 
+/// The caller's bearer token, passed on when a follower hands a membership
+/// change to the leader (which checks it again).
+fn bearer(headers: &HeaderMap) -> Option<SecretString> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?;
+    Some(SecretString::new(token.trim()))
+}
+
 fn admin_problem(error: AdminError) -> Problem {
     match error {
         AdminError::NotFound(d) => Problem::not_found(d),
@@ -214,15 +223,14 @@ fn admin_problem(error: AdminError) -> Problem {
 )]
 async fn add_node(
     State(ctx): State<Arc<ApiContext>>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<AddNode>,
 ) -> ApiResult<impl IntoResponse> {
     if body.id == 0 {
         return Err(Problem::invalid("id must be a positive integer"));
     }
-    if body.addr.is_empty() || body.addr.len() > 255 || !body.addr.contains(':') {
-        return Err(Problem::invalid("addr must be host:port"));
-    }
-    ctx.admin.add_node(body.id, body.addr.clone()).await.map_err(admin_problem)?;
+    hookraft_core::node_addr::check_node_addr(&body.addr).map_err(Problem::invalid)?;
+    ctx.admin.add_node(body.id, body.addr.clone(), bearer(&headers)).await.map_err(admin_problem)?;
     Ok((StatusCode::ACCEPTED, axum::Json(view::NodeAdded { id: body.id, addr: body.addr })))
 }
 
@@ -240,9 +248,13 @@ async fn add_node(
         (status = 503, response = Unavailable),
     )
 )]
-async fn remove_node(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<impl IntoResponse> {
+async fn remove_node(
+    State(ctx): State<Arc<ApiContext>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
     let node_id = parse_node(&id)?;
-    ctx.admin.remove_node(node_id).await.map_err(admin_problem)?;
+    ctx.admin.remove_node(node_id, bearer(&headers)).await.map_err(admin_problem)?;
     // The node is out of the cluster; forget its record now if a leader can
     // commit it. A leader that removed itself knows no leader any more, so
     // this can fail: the new leader forgets the node once its liveness has

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use hookraft_core::clock::parse_rfc3339_ms;
@@ -21,6 +21,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{commit, parse_id};
+use crate::auth::{Caller, may_see_secrets};
 use crate::context::ApiContext;
 use crate::extract::{JsonBody, OptionalJsonBody};
 use crate::openapi::problems::{BadRequest, Conflict, InvalidField, NotFound, Unavailable};
@@ -192,9 +193,19 @@ fn endpoint_view(ctx: &ApiContext, id: &EndpointId) -> ApiResult<view::EndpointV
 
 /// List every endpoint.
 #[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", responses((status = 200, body = view::EndpointList)))]
-async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::EndpointList> {
+async fn list(State(ctx): State<Arc<ApiContext>>, caller: Option<Extension<Caller>>) -> axum::Json<view::EndpointList> {
+    let shown = may_see_secrets(caller.as_deref());
     let state = ctx.state.read();
-    axum::Json(view::EndpointList { data: state.endpoints.values().map(views::endpoint).collect() })
+    let data = state.endpoints.values().map(|e| for_caller(views::endpoint(e), shown)).collect();
+    axum::Json(view::EndpointList { data })
+}
+
+/// `view` without its secret unless the caller may see secrets.
+fn for_caller(mut view: view::EndpointView, shown: bool) -> view::EndpointView {
+    if !shown {
+        view.secret = None;
+    }
+    view
 }
 
 /// Read an endpoint.
@@ -205,9 +216,14 @@ async fn list(State(ctx): State<Arc<ApiContext>>) -> axum::Json<view::EndpointLi
     params(EndpointPath),
     responses((status = 200, body = view::EndpointView), (status = 404, response = NotFound))
 )]
-async fn read(State(ctx): State<Arc<ApiContext>>, Path(id): Path<String>) -> ApiResult<axum::Json<view::EndpointView>> {
+async fn read(
+    State(ctx): State<Arc<ApiContext>>,
+    caller: Option<Extension<Caller>>,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<view::EndpointView>> {
     let id: EndpointId = parse_id(&id)?;
-    endpoint_view(&ctx, &id).map(axum::Json)
+    let shown = may_see_secrets(caller.as_deref());
+    endpoint_view(&ctx, &id).map(|view| axum::Json(for_caller(view, shown)))
 }
 
 /// Changes to an endpoint: any field of `CreateEndpoint` but `secret`,

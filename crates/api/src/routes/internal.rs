@@ -5,15 +5,20 @@
 //! forwarded, through [`LocalWrite`]. Bodies and replies are the bincode
 //! enums of [`hookraft_raft::rpc`], which also names the paths and header.
 //!
-//! Statuses: 200 with a bincode reply whenever the request reached Raft
-//! (a Raft refusal travels inside the reply); 401 when the request does
-//! not carry the cluster secret (checked before the body is read, in
-//! constant time; every node has one); 400 for a body that does not decode; 413 over
-//! [`RPC_BODY_BYTES_MAX`]; 503 when Raft did not answer within the
-//! handler's bound.
+//! `POST /internal/hello` answers an empty body: the sender's proof that
+//! this node holds the cluster's key before it sends anything else.
+//!
+//! Every request must carry the signature of `hookraft_raft::link`,
+//! addressed to this node, timely and never seen before ([`require_link`]);
+//! every `200` reply is signed back. Statuses: 200 with a bincode reply
+//! whenever the request reached Raft (a Raft refusal travels inside the
+//! reply); 401 when the signature is missing, malformed, for another node,
+//! out of time, wrong or replayed; 400 for a body that does not decode;
+//! 413 over [`RPC_BODY_BYTES_MAX`]; 503 when Raft did not answer within
+//! the handler's bound.
 //!
 //! These routes carry no domain logic. A node started without a shared
-//! secret requires one of its own that no client knows, so they are never
+//! secret keeps one of its own that no client knows, so they are never
 //! open.
 
 use std::fmt;
@@ -29,11 +34,11 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response as HttpResponse};
+use hookraft_core::clock::Clock;
 use hookraft_core::command::Command;
-use hookraft_core::redact::SecretString;
+use hookraft_raft::link::{self, LinkKey, ReplayGuard};
 use hookraft_raft::rpc::{
-    self, AppendRequest, CLUSTER_SECRET_HEADER, Committed, ProposeReply, RPC_BODY_BYTES_MAX, RaftReply,
-    SnapshotRequest, VoteRequest,
+    self, AppendRequest, Committed, ProposeReply, RPC_BODY_BYTES_MAX, RaftReply, SnapshotRequest, VoteRequest,
 };
 use hookraft_raft::{NodeId, Raft};
 use serde::Serialize;
@@ -75,16 +80,21 @@ pub enum LocalWriteError {
 /// What the internal routes need.
 pub struct InternalRpc {
     pub raft: Raft,
-    /// Required of every caller (`x-hookraft-cluster-secret`), in every
-    /// configuration: a node without a shared one holds a secret of its own.
-    pub cluster_secret: SecretString,
+    /// This node's id: requests must be addressed to it.
+    pub node_id: NodeId,
+    /// The key of the cluster secret, in every configuration: a node
+    /// without a shared secret holds one of its own.
+    pub link_key: LinkKey,
+    /// The `(boot, seq)` pairs already seen.
+    pub replay: ReplayGuard,
+    pub clock: Arc<dyn Clock>,
     /// Commits forwarded commands.
     pub local_write: Arc<dyn LocalWrite>,
 }
 
 impl fmt::Debug for InternalRpc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InternalRpc").field("cluster_secret", &self.cluster_secret).finish_non_exhaustive()
+        f.debug_struct("InternalRpc").field("node_id", &self.node_id).finish_non_exhaustive()
     }
 }
 
@@ -92,6 +102,7 @@ impl fmt::Debug for InternalRpc {
 /// `internal`: bincode bodies, for nodes only).
 pub fn routes() -> OpenApiRouter<Arc<InternalRpc>> {
     OpenApiRouter::new()
+        .routes(routes!(hello))
         .routes(routes!(append))
         .routes(routes!(vote))
         .routes(routes!(snapshot))
@@ -102,23 +113,70 @@ pub fn routes() -> OpenApiRouter<Arc<InternalRpc>> {
 pub fn router(rpc: Arc<InternalRpc>) -> Router {
     let (routes, _) = routes().split_for_parts();
     routes
-        .route_layer(axum::middleware::from_fn_with_state(rpc.clone(), require_cluster_secret))
+        .route_layer(axum::middleware::from_fn_with_state(rpc.clone(), require_link))
         .layer(axum::middleware::map_response(crate::problem::ensure_problem))
         .layer(DefaultBodyLimit::max(RPC_BODY_BYTES_MAX))
         .with_state(rpc)
 }
 
-/// Lets a request through only when it carries the cluster secret.
-async fn require_cluster_secret(State(rpc): State<Arc<InternalRpc>>, request: Request, next: Next) -> HttpResponse {
-    let expected = rpc.cluster_secret.expose();
-    match request.headers().get(CLUSTER_SECRET_HEADER) {
-        Some(sent) if crate::auth::constant_time_eq(sent.as_bytes(), expected.as_bytes()) => next.run(request).await,
-        _ => Problem {
-            detail: format!("send the cluster secret in `{CLUSTER_SECRET_HEADER}`"),
-            ..Problem::unauthorized()
+/// Lets a request through only when its link signature verifies for this
+/// node, now, and was not seen before; signs a `200` reply back. The body
+/// is read (up to [`RPC_BODY_BYTES_MAX`]) to be checked before any handler
+/// decodes it.
+async fn require_link(State(rpc): State<Arc<InternalRpc>>, request: Request, next: Next) -> HttpResponse {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, RPC_BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(_) => {
+            return Problem::too_large(format!("node-to-node bodies are limited to {RPC_BODY_BYTES_MAX} bytes"))
+                .into_response();
         }
-        .into_response(),
+    };
+    let header = parts.headers.get(link::LINK_HEADER).and_then(|v| v.to_str().ok());
+    let now_ms = rpc.clock.wall_ms();
+    let verified = rpc
+        .link_key
+        .verify_request(header, rpc.node_id, now_ms, parts.uri.path(), &body)
+        .and_then(|stamp| if rpc.replay.admit(&stamp, now_ms) { Ok(stamp) } else { Err(link::LinkError::Replayed) });
+    let stamp = match verified {
+        Ok(stamp) => stamp,
+        Err(error) => {
+            return Problem {
+                detail: format!("node-to-node requests must be signed with the cluster's key: {error}"),
+                ..Problem::unauthorized()
+            }
+            .into_response();
+        }
+    };
+    let response = next.run(Request::from_parts(parts, axum::body::Body::from(body))).await;
+    if response.status() != StatusCode::OK {
+        return response;
     }
+    let (mut parts, body) = response.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Problem::internal("cannot read the reply to sign it").into_response();
+    };
+    let signature = rpc.link_key.sign_reply(&stamp, StatusCode::OK.as_u16(), &body);
+    match HeaderValue::from_str(&signature) {
+        Ok(value) => {
+            parts.headers.insert(link::LINK_REPLY_HEADER, value);
+            HttpResponse::from_parts(parts, axum::body::Body::from(body))
+        }
+        Err(_) => Problem::internal("cannot sign the reply").into_response(),
+    }
+}
+
+/// A peer's first call: the signed empty reply proves this node holds the
+/// cluster's key.
+#[utoipa::path(
+    post,
+    path = link::HELLO_PATH,
+    tag = "internal",
+    request_body(content = Vec<u8>, description = "Empty.", content_type = "application/octet-stream"),
+    responses((status = 200, description = "Empty, signed (`x-hookraft-link-reply`).")),
+)]
+async fn hello() -> StatusCode {
+    StatusCode::OK
 }
 
 /// Raft append entries, from the leader.

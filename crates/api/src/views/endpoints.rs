@@ -74,9 +74,11 @@ pub struct EndpointView {
     #[schema(value_type = String, example = "ep_01jd5m3k4r8v2w6x9y0z1a2b3c")]
     pub id: EndpointId,
     pub url: String,
-    /// The current signing secret, `whsec_<base64>`.
+    /// The current signing secret, `whsec_<base64>`; left out for a token
+    /// of the read scope.
     #[schema(example = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]
-    pub secret: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
     #[schema(required = true)]
     pub description: Option<String>,
     /// `null`: every event type.
@@ -122,7 +124,7 @@ pub fn endpoint(e: &Endpoint) -> EndpointView {
     EndpointView {
         id: e.id,
         url: e.url.clone(),
-        secret: e.secret.to_whsec(),
+        secret: Some(e.secret.to_whsec()),
         description: e.description.clone(),
         event_types: e.event_types.clone(),
         max_in_flight: e.max_in_flight,
