@@ -321,3 +321,59 @@ async fn an_inbound_request_is_stored_sealed_under_the_keyring_and_delivered_in_
     wait_delivery_state(&node, delivery["id"].as_str().unwrap(), "delivered", DEADLINE).await;
     assert_eq!(receiver.requests("sealed")[0].body_json(), body, "the receiver gets the provider's body");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_flood_from_one_address_cannot_make_the_provider_see_429() {
+    let node = TestNode::start().await;
+    let limited =
+        create_source(&node, json!({"scheme": "stripe", "secret": STRIPE_SECRET, "rate_limit_per_s": 2})).await;
+    // The flood comes from 127.0.0.2; the provider posts from 127.0.0.1.
+    let stranger = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .no_proxy()
+        .build()
+        .expect("client");
+    let url = node.url(&format!("/in/{limited}"));
+    let mut statuses = Vec::new();
+    for n in 0..60 {
+        let body = json!({"id": format!("forged{n}"), "type": "t"}).to_string();
+        let forged = stripe_signature("whsec_a_guess_at_the_secret_00", unix_now_s(), &body);
+        let request = stranger.post(&url).header("content-type", "application/json").header("stripe-signature", forged);
+        statuses.push(request.body(body).send().await.expect("answered").status());
+    }
+    assert_eq!(statuses[0], StatusCode::UNAUTHORIZED, "a forged signature is a 401");
+    assert!(statuses.contains(&StatusCode::TOO_MANY_REQUESTS), "the flood's own address is cut off: {statuses:?}");
+    let (status, answer) = stripe_post(&node, &limited, &json!({"id": "evt_real", "type": "t"})).await;
+    assert_eq!(status, StatusCode::OK, "the provider's own request went through the flood: {answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_github_request_sent_again_under_another_delivery_id_is_a_repeat() {
+    let receiver = ScriptedReceiver::start().await;
+    let node = TestNode::start().await;
+    let github = create_source(&node, json!({"scheme": "github", "secret": GITHUB_SECRET})).await;
+    let (endpoint, _) = register_endpoint(&node, &json!({"url": receiver.url("gh"), "sources": [github]})).await;
+    let body = json!({"action": "opened", "number": 7}).to_string();
+    let signature = format!("sha256={}", hex(&mac(GITHUB_SECRET.as_bytes(), &[body.as_bytes()])));
+    let mut ids = Vec::new();
+    for delivery in ["72d3162e-cc78-11e3-81ab-4c9367dc0958", "forged-1", "forged-2"] {
+        let headers = [
+            ("x-hub-signature-256", signature.clone()),
+            ("x-github-delivery", delivery.to_string()),
+            ("x-github-event", "pull_request".to_string()),
+        ];
+        let (status, answer) = post_in(&node, &github, &body, &headers).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        ids.push(answer["event_id"].clone());
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "one event: {ids:?}");
+    assert_eq!(deliveries_of(&node, &endpoint).await.len(), 1, "the replays created nothing");
+    // Another body is another event, whatever its delivery id.
+    let other = json!({"action": "closed", "number": 7}).to_string();
+    let signature = format!("sha256={}", hex(&mac(GITHUB_SECRET.as_bytes(), &[other.as_bytes()])));
+    let headers =
+        [("x-hub-signature-256", signature), ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958".to_string())];
+    let (status, answer) = post_in(&node, &github, &other, &headers).await;
+    assert_eq!((status, answer.get("duplicate")), (StatusCode::OK, None), "{answer}");
+    assert_eq!(deliveries_of(&node, &endpoint).await.len(), 2);
+}

@@ -48,6 +48,15 @@ impl Inbound {
         format!("\u{1f}in/{source_id}/{provider_event_id}")
     }
 
+    /// The idempotency key of a signed body, for schemes that sign no
+    /// timestamp: the body's SHA-256, which nobody varies without the secret.
+    pub fn body_key(source_id: &SourceId, body: &[u8]) -> String {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(body);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("\u{1f}in/{source_id}/sha256:{hex}")
+    }
+
     /// The key and version the stale guard compares, when both are known.
     pub fn guarded(&self) -> Option<(&str, &Version)> {
         Some((self.entity_key.as_deref()?, self.version.as_ref()?))

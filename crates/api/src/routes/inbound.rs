@@ -3,12 +3,22 @@
 //! No API token: the provider's signature authenticates the request. In
 //! this order, and nothing more before answering: the source must exist
 //! and be enabled (404, 403), the caller's address must be in its
-//! allowlist (403) and within its rate limit (429 with `Retry-After`),
-//! both before the body is read; then the signature must hold (401); the
-//! provider's event id, type, entity key and version are read (400 when
-//! the id is missing); a repeat of a committed event id answers 200 and
+//! allowlist (403) and must not have spent its failed signatures (429),
+//! all before the body is read; then the signature must hold (401, which
+//! takes one of the address's failures); then the request takes a token of
+//! the source's rate limit (429 with `Retry-After`): only signed requests
+//! do, so a flood of unsigned ones cannot make the provider's own see 429.
+//! The provider's event id, type, entity key and version are read (400
+//! when the id is missing); a repeat of a committed event answers 200 and
 //! creates nothing; otherwise the event is committed through the log and
 //! answered 200. Nothing is stored for a refused request.
+//!
+//! What makes a repeat depends on what the scheme signs
+//! ([`dedupe_key`]): schemes with a signed timestamp (Standard Webhooks,
+//! Stripe) refuse old requests and key on the provider's event id, which
+//! they sign; schemes without one (GitHub, plain HMAC) key on a digest of
+//! the signed body, which nobody can vary without the secret, so a
+//! captured request sent again with another delivery id header is a repeat.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -47,14 +57,48 @@ pub fn router() -> OpenApiRouter<Arc<ApiContext>> {
 /// provider sent none.
 pub const UNTYPED_EVENT_TYPE: &str = "inbound";
 
-/// Each source's rate limit on this node: a token bucket per source that
-/// has one, at most one per source of the state (sources are bounded).
+/// Failed signatures one address may send a second, in bursts of
+/// [`FAILURES_BURST`], before its requests are refused unread (429).
+pub const FAILURES_PER_S: u32 = 5;
+pub const FAILURES_BURST: u32 = 20;
+/// Addresses whose failed signatures are counted at once; past it, the
+/// recovered ones are forgotten first, then all.
+pub const FAILURE_ADDRESSES_MAX: usize = 4_096;
+
+/// Each source's rate limit on this node (a token bucket per source that
+/// has one, at most one per source of the state: sources are bounded), and
+/// each address's failed signatures (a bucket per address, at most
+/// [`FAILURE_ADDRESSES_MAX`]).
 #[derive(Default)]
 pub struct InboundGate {
     buckets: Mutex<HashMap<SourceId, TokenBucket>>,
+    failures: Mutex<HashMap<Option<IpAddr>, TokenBucket>>,
 }
 
 impl InboundGate {
+    /// Whether `peer` may still send a request whose signature could fail;
+    /// `Err` holds the seconds until it may.
+    fn failures_left(&self, peer: Option<IpAddr>, now_ms: u64) -> Result<(), u32> {
+        let failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match failures.get(&peer) {
+            Some(bucket) if bucket.available(now_ms) == 0 => Err(1),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a failed signature from `peer`.
+    fn failed(&self, peer: Option<IpAddr>, now_ms: u64) {
+        let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if failures.len() >= FAILURE_ADDRESSES_MAX && !failures.contains_key(&peer) {
+            failures.retain(|_, bucket| bucket.available(now_ms) < bucket.burst());
+            if failures.len() >= FAILURE_ADDRESSES_MAX {
+                failures.clear();
+            }
+        }
+        let bucket = failures.entry(peer).or_insert_with(|| TokenBucket::new(FAILURES_PER_S, FAILURES_BURST, now_ms));
+        let _ = bucket.try_take(now_ms);
+    }
+
     /// Takes a token of `source`'s limit, or says in how many seconds one
     /// is due. A changed limit starts a fresh bucket.
     fn admit(&self, source: &Source, now_ms: u64) -> Result<(), u32> {
@@ -130,20 +174,27 @@ async fn receive_inner(
     let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0.ip());
     check_allowlist(&source, peer)?;
     let now_ms = ctx.clock.wall_ms();
-    ctx.inbound
-        .admit(&source, now_ms)
-        .map_err(|wait_s| Problem::rate_limited(format!("source {id} is over its rate limit"), wait_s))?;
+    ctx.inbound.failures_left(peer, now_ms).map_err(|wait_s| {
+        let who = peer.map_or_else(|| "this caller".to_string(), |ip| ip.to_string());
+        Problem::rate_limited(format!("too many requests with failed signatures from {who}"), wait_s)
+    })?;
 
     let headers = request.headers().clone();
     let body = read_body(request, &(), true).await?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    verify::verify(&source.scheme, &source.verifying_secrets(now_ms), header, &body, now_ms / 1_000)
-        .map_err(|e| Problem::bad_signature(format!("{} signature refused: {e}", source.scheme.name())))?;
+    if let Err(error) = verify::verify(&source.scheme, &source.verifying_secrets(now_ms), header, &body, now_ms / 1_000)
+    {
+        ctx.inbound.failed(peer, now_ms);
+        return Err(Problem::bad_signature(format!("{} signature refused: {error}", source.scheme.name())));
+    }
+    ctx.inbound
+        .admit(&source, now_ms)
+        .map_err(|wait_s| Problem::rate_limited(format!("source {id} is over its rate limit"), wait_s))?;
 
     let json: Value = serde_json::from_slice(&body)
         .map_err(|e| Problem::malformed(format!("the body is not JSON ({e}); sources accept JSON bodies")))?;
     let provider_event_id = provider_event_id(&source, &headers, &json)?;
-    let key = Inbound::idempotency_key(&id, &provider_event_id);
+    let key = dedupe_key(&source, &provider_event_id, &body);
     #[cfg(feature = "break")]
     let key = if hookraft_core::breaks::inbound_dedupe() {
         // Deliberately wrong (simulator's `--break inbound-dedupe`): a key
@@ -167,6 +218,18 @@ async fn receive_inner(
         IngestResult::UnknownEndpoint { endpoint_id } => {
             Err(Problem::internal(format!("an inbound event named endpoint {endpoint_id}")))
         }
+    }
+}
+
+/// What makes two requests one event: the provider's event id where the
+/// scheme signs it with a timestamp (Standard Webhooks, Stripe), else a
+/// digest of the signed body (GitHub, plain HMAC), which a replayer cannot
+/// vary without the secret.
+fn dedupe_key(source: &Source, provider_event_id: &str, body: &[u8]) -> String {
+    if source.scheme.signs_time() {
+        Inbound::idempotency_key(&source.id, provider_event_id)
+    } else {
+        Inbound::body_key(&source.id, body)
     }
 }
 

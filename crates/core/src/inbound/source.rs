@@ -97,6 +97,12 @@ pub enum Encoding {
 }
 
 impl Scheme {
+    /// Whether the scheme signs a timestamp, so that an old request is
+    /// refused: Standard Webhooks and Stripe do, GitHub and plain HMAC not.
+    pub fn signs_time(&self) -> bool {
+        matches!(self, Scheme::StandardWebhooks | Scheme::Stripe)
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Scheme::StandardWebhooks => "standard-webhooks",
