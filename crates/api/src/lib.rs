@@ -72,13 +72,39 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
     let (v1, _) = v1_routes().split_for_parts();
     let (public, _) = public_routes().split_for_parts();
     Router::new()
-        .merge(v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)))
+        .merge(
+            v1.route_layer(axum::middleware::from_fn_with_state(ctx.clone(), history_fault))
+                .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_token)),
+        )
         .merge(public)
         .fallback(no_route)
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::require_loopback_host))
         .layer(axum::middleware::map_response(problem::ensure_problem))
         .layer(DefaultBodyLimit::max(extract::BODY_BYTES_MAX))
         .with_state(ctx)
+}
+
+/// A read that met a failing history store answers 503, not what it read
+/// (which may be short of what the history holds). Only reads and replays
+/// read the history; other requests pass unchecked.
+async fn history_fault(
+    axum::extract::State(ctx): axum::extract::State<Arc<ApiContext>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let reads = request.method() == axum::http::Method::GET || request.uri().path().ends_with("/replay");
+    let response = next.run(request).await;
+    if !reads {
+        return response;
+    }
+    match ctx.state.read().history().fault() {
+        Some(why) => problem::Problem::unavailable(format!(
+            "this node's history store failed ({why}); it cannot read finished events: ask another node"
+        ))
+        .into_response(),
+        None => response,
+    }
 }
 
 /// What no route matches: a 404 problem. A path under `/ui/` deeper than

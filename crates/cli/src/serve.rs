@@ -306,12 +306,18 @@ pub async fn run(args: ServeArgs, runtimes: Runtimes) -> anyhow::Result<()> {
     tracing::info!(data_dir = %args.data_dir.display(), "ready: try `curl {scheme}://{}/v1/cluster`", node.addr);
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let raft_stopped = node.raft_stopped();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; shutting down"),
         _ = terminate.recv() => tracing::info!("terminated; shutting down"),
         result = node.serve_until_stopped() => {
             result.context("http server")?;
             return Ok(());
+        }
+        why = raft_stopped => {
+            tracing::error!(%why, "raft stopped on a storage error; the node exits so that it can be restarted");
+            node.shutdown().await;
+            bail!("raft stopped: {why}");
         }
     }
     node.shutdown().await;

@@ -66,11 +66,14 @@ fn serve_refuses_a_non_loopback_address_without_a_token() {
         .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
         .arg(&dir)
         .env_remove("HOOKRAFT_API_TOKEN")
+        .env_remove("HOOKRAFT_ADMIN_TOKEN")
+        .env_remove("HOOKRAFT_READ_TOKEN")
+        .env_remove("HOOKRAFT_TOKENS_FILE")
         .output()
         .unwrap();
     assert!(!out.status.success(), "must refuse to start");
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("without an API token"), "{text}");
+    assert!(text.contains("without a token") && text.contains("--api-token"), "{text}");
     assert!(!dir.exists(), "nothing is written before the refusal");
 }
 

@@ -351,6 +351,23 @@ impl NodeHandle {
         }
     }
 
+    /// Resolves when Raft stopped on its own, with why: a storage error (a
+    /// failing disk or history store) is fatal to it. The node cannot take
+    /// part in the cluster any more; `hookraft serve` exits on it.
+    pub fn raft_stopped(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        let mut metrics = self.raft.metrics();
+        async move {
+            loop {
+                if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                    return fatal.to_string();
+                }
+                if metrics.changed().await.is_err() {
+                    return "raft's metrics ended".into();
+                }
+            }
+        }
+    }
+
     /// The Raft handle, for tests and the simulator.
     pub fn raft(&self) -> &Raft {
         &self.raft

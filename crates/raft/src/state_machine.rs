@@ -175,7 +175,15 @@ impl StateMachineStore {
     /// on a blocking thread when there is much of it.
     fn apply_entry(&self, entry: Entry) -> Result<Response, Error> {
         let mut guard = self.write()?;
+        let index = entry.log_id.index;
         let response = Self::apply_locked(&mut guard, entry, self.observer.as_deref());
+        // The apply read the history short of what it holds: its result
+        // cannot be trusted, and no later apply either. Raft stops here on
+        // this node (a storage error is fatal to it); the others go on.
+        if let Some(why) = guard.state.history().fault() {
+            tracing::error!(index, error = %why, "the history store failed during an apply; this node stops taking part in the cluster");
+            return Err(Error::Corrupt(format!("the history store failed while entry {index} was applied: {why}")));
+        }
         let retired = guard.state.take_retired();
         let history_held = guard.state.history().held_bytes();
         drop(guard);

@@ -33,11 +33,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 
-use super::history_store::{Flush, HistoryStore};
+use super::history_store::{Flush, HistoryStore, StoreError};
 use super::settle::merged;
 use crate::dense::DenseMap;
 use crate::ids::{DeliveryId, EndpointId, EventId};
@@ -64,6 +64,8 @@ pub struct History {
     /// Bytes of the records the open and sealed layers hold: what of the
     /// history is in memory.
     held: u64,
+    /// The first error the store answered ([`History::fault`]).
+    fault: Arc<OnceLock<String>>,
 }
 
 /// What the history holds, all layers together. Encoded in place of the
@@ -179,7 +181,7 @@ impl History {
             }
         }
         let store = self.store.as_ref()?;
-        store.event(id).expect("the history store answers").map(Found::Read)
+        self.answer(store.event(id), None).map(Found::Read)
     }
 
     fn found_delivery(&self, id: &DeliveryId) -> Option<Found<'_>> {
@@ -191,7 +193,7 @@ impl History {
             }
         }
         let store = self.store.as_ref()?;
-        store.delivery(id).expect("the history store answers").map(Found::Read)
+        self.answer(store.delivery(id), None).map(Found::Read)
     }
 
     /// Whether the layers below the open one, or the store, hold `id`.
@@ -203,7 +205,7 @@ impl History {
                 Says::Nothing => {}
             }
         }
-        self.store.as_ref().is_some_and(|s| s.event(id).expect("the history store answers").is_some())
+        self.store.as_ref().is_some_and(|s| self.answer(s.event(id), None).is_some())
     }
 
     /// The dead-index row the version of `id` below the open layer has:
@@ -216,9 +218,26 @@ impl History {
                 None => {}
             }
         }
-        let record = self.store.as_ref()?.delivery(id).expect("the history store answers")?;
+        let record = self.answer(self.store.as_ref()?.delivery(id), None)?;
         let delivery: Delivery = decode(&record).expect("history records are checked when they enter the state");
         Some(dead_of(&delivery))
+    }
+
+    /// A store's answer, or `otherwise` when it failed: the failure is
+    /// kept ([`History::fault`]) and the read goes on as if the store held
+    /// nothing. Whoever read must then check the fault and discard what it
+    /// read: the state machine stops the node, a handler answers 503.
+    fn answer<T>(&self, result: Result<T, StoreError>, otherwise: T) -> T {
+        result.unwrap_or_else(|StoreError(why)| {
+            let _ = self.fault.set(why);
+            otherwise
+        })
+    }
+
+    /// The first error the history store answered, if any: from then on,
+    /// what this history reads may be short of what it holds.
+    pub fn fault(&self) -> Option<&str> {
+        self.fault.get().map(String::as_str)
     }
 
     pub fn contains_event(&self, id: &EventId) -> bool {
@@ -290,9 +309,7 @@ impl History {
                     (*id, found)
                 }))
             },
-            |store, range, newest_first, limit| {
-                store.events(range, newest_first, limit).expect("the history store answers")
-            },
+            |store, range, newest_first, limit| self.answer(store.events(range, newest_first, limit), Vec::new()),
         )
     }
 
@@ -322,9 +339,7 @@ impl History {
                     (*id, found)
                 }))
             },
-            |store, range, newest_first, limit| {
-                store.deliveries(range, newest_first, limit).expect("the history store answers")
-            },
+            |store, range, newest_first, limit| self.answer(store.deliveries(range, newest_first, limit), Vec::new()),
         )
     }
 
@@ -347,7 +362,7 @@ impl History {
                 None => Box::new(std::iter::empty()),
             },
             move |store, range, newest_first, limit| {
-                let ids = store.dead(&endpoint, range, newest_first, limit).expect("the history store answers");
+                let ids = self.answer(store.dead(&endpoint, range, newest_first, limit), Vec::new());
                 ids.into_iter().map(|id| (id, Vec::new())).collect()
             },
         );
@@ -380,7 +395,7 @@ impl History {
                 let mut page = std::collections::VecDeque::new();
                 Box::new(std::iter::from_fn(move || {
                     if page.is_empty() && !done {
-                        let rows = store.received(after, STORE_PAGE).expect("the history store answers");
+                        let rows = self.answer(store.received(after, STORE_PAGE), Vec::new());
                         done = rows.len() < STORE_PAGE;
                         after = rows.last().copied();
                         page.extend(rows);

@@ -202,3 +202,45 @@ impl HistoryStore for MemStore {
         Ok(StoreCounts { events: self.events.len() as u64, deliveries: self.deliveries.len() as u64, bytes })
     }
 }
+
+/// A store that answers its counts (nothing held) and fails every read
+/// with its message: a disk gone bad, for the tests of what the history,
+/// the state machine and the API do then.
+#[derive(Debug, Clone)]
+pub struct FailingStore(pub String);
+
+impl FailingStore {
+    fn failed<T>(&self) -> Result<T, StoreError> {
+        Err(StoreError(self.0.clone()))
+    }
+}
+
+impl HistoryStore for FailingStore {
+    fn event(&self, _: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.failed()
+    }
+
+    fn delivery(&self, _: &DeliveryId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.failed()
+    }
+
+    fn events(&self, _: IdRange<EventId>, _: bool, _: usize) -> Result<Vec<(EventId, Vec<u8>)>, StoreError> {
+        self.failed()
+    }
+
+    fn deliveries(&self, _: IdRange<DeliveryId>, _: bool, _: usize) -> Result<Vec<(DeliveryId, Vec<u8>)>, StoreError> {
+        self.failed()
+    }
+
+    fn dead(&self, _: &EndpointId, _: IdRange<DeliveryId>, _: bool, _: usize) -> Result<Vec<DeliveryId>, StoreError> {
+        self.failed()
+    }
+
+    fn received(&self, _: Option<(u64, EventId)>, _: usize) -> Result<Vec<(u64, EventId)>, StoreError> {
+        self.failed()
+    }
+
+    fn counts(&self) -> Result<StoreCounts, StoreError> {
+        Ok(StoreCounts::default())
+    }
+}

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::History;
 use crate::ids::{DeliveryId, EndpointId, EventId};
 use crate::model::{Delivery, DeliveryState, Event, OptionalMs};
-use crate::state::history_store::MemStore;
+use crate::state::history_store::{FailingStore, MemStore};
 
 const ENDPOINTS: u8 = 3;
 
@@ -193,4 +193,19 @@ proptest! {
         prop_assert_eq!(layered.held_bytes(), 0);
         prop_assert!(layered == flat);
     }
+}
+
+#[test]
+fn a_failing_store_is_a_fault_to_check_not_a_panic() {
+    let mut history = History::default();
+    history.attach(Arc::new(FailingStore("the disk is gone".into()))).expect("attaches: the counts agree");
+    assert_eq!(history.fault(), None);
+    let (event, deliveries) = finished(1, &[true], 0);
+    assert!(!history.contains_event(&event.id), "read as absent");
+    assert_eq!(history.fault(), Some("the disk is gone"), "and the failure is kept");
+    assert!(history.delivery(&deliveries[0].id).is_none());
+    let all = (Bound::Unbounded, Bound::Unbounded);
+    assert_eq!(history.events_in(all, false).count(), 0);
+    assert_eq!(history.received_before(u64::MAX).count(), 0);
+    assert_eq!(history.fault(), Some("the disk is gone"), "the first failure is the one kept");
 }
