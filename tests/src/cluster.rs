@@ -71,7 +71,7 @@ impl Default for ClusterOptions {
             size: 3,
             lease_ms: LEASE_MS_DEFAULT,
             cluster_secret: unique_cluster_secret(),
-            node: NodeOptions::default().admin_token(ADMIN_TOKEN),
+            node: NodeOptions::default(),
         }
     }
 }
@@ -87,10 +87,17 @@ fn unique_cluster_secret() -> String {
     format!("e2e-cluster-secret-of-test-run-{}-{n}", std::process::id())
 }
 
-/// The admin token of every test cluster: membership changes need one.
+/// The admin token of [`ClusterOptions::with_admin_token`].
 pub const ADMIN_TOKEN: &str = "e2e-admin-token-5f0c9d1e";
 
 impl ClusterOptions {
+    /// Starts every node with [`ADMIN_TOKEN`], which membership changes
+    /// need; the helpers send it (and every `/v1` call then needs a token).
+    pub fn with_admin_token(mut self) -> Self {
+        self.node = self.node.admin_token(ADMIN_TOKEN);
+        self
+    }
+
     pub fn lease_ms(mut self, lease_ms: u64) -> Self {
         self.lease_ms = lease_ms;
         self

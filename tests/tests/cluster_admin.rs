@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use hookraft_tests::cluster::SHARD_COUNT;
 use hookraft_tests::{
-    POLL_INTERVAL, ScriptedReceiver, StatusCode, TestCluster, assert_problem, attempts, eventually, register_endpoint,
-    send_event, wait_delivery_state,
+    ClusterOptions, POLL_INTERVAL, ScriptedReceiver, StatusCode, TestCluster, assert_problem, attempts, eventually,
+    register_endpoint, send_event, wait_delivery_state,
 };
 use serde_json::{Value, json};
 
@@ -33,7 +33,7 @@ fn successful_sender(delivery: &Value) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_move_hands_a_shard_to_the_named_node_under_a_higher_token_and_that_node_delivers() {
     let receiver = ScriptedReceiver::start().await;
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_with(ClusterOptions::default().with_admin_token()).await;
     cluster.wait_settled().await;
     let leader = cluster.leader_id().await;
     let followers = cluster.followers().await;
@@ -86,7 +86,7 @@ async fn admin_move_hands_a_shard_to_the_named_node_under_a_higher_token_and_tha
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drained_node_gives_up_every_shard_yet_still_accepts_ingest_and_serves_reads() {
     let receiver = ScriptedReceiver::start().await;
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_with(ClusterOptions::default().with_admin_token()).await;
     cluster.wait_settled().await;
     let leader = cluster.leader_id().await;
     let body = json!({"url": receiver.url("drain"), "retry": retry_quick()});
@@ -143,7 +143,7 @@ async fn drained_node_gives_up_every_shard_yet_still_accepts_ingest_and_serves_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_voter_that_would_leave_no_live_majority_is_refused_with_409_and_removing_the_dead_one_works() {
     let receiver = ScriptedReceiver::start().await;
-    let mut cluster = TestCluster::start().await;
+    let mut cluster = TestCluster::start_with(ClusterOptions::default().with_admin_token()).await;
     cluster.wait_settled().await;
     let leader = cluster.leader_id().await;
     let followers = cluster.followers().await;
@@ -187,7 +187,7 @@ async fn removing_a_voter_that_would_leave_no_live_majority_is_refused_with_409_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_fourth_node_catches_up_becomes_a_voter_and_takes_shards() {
     let receiver = ScriptedReceiver::start().await;
-    let mut cluster = TestCluster::start().await;
+    let mut cluster = TestCluster::start_with(ClusterOptions::default().with_admin_token()).await;
     cluster.wait_settled().await;
     let leader = cluster.leader_id().await;
     let (endpoint_id, _) =
@@ -220,7 +220,7 @@ async fn added_fourth_node_catches_up_becomes_a_voter_and_takes_shards() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_node_that_cannot_catch_up_stays_a_learner_until_its_removal_cancels_the_add() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_with(ClusterOptions::default().with_admin_token()).await;
     cluster.wait_settled().await;
     let leader = cluster.leader_id().await;
     let node = cluster.node(leader);
@@ -268,7 +268,7 @@ async fn an_added_node_that_cannot_catch_up_stays_a_learner_until_its_removal_ca
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_leader_leaves_the_others_a_leader_and_the_removed_node_names_none() {
     let receiver = ScriptedReceiver::start().await;
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_with(ClusterOptions::default().with_admin_token()).await;
     cluster.wait_settled().await;
     let removed = cluster.leader_id().await;
     let stay = cluster.followers().await;

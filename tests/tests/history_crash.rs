@@ -36,7 +36,8 @@ const PRODUCERS: usize = 8;
 const METRICS_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn cluster_options() -> ClusterOptions {
-    ClusterOptions { node: NodeOptions::default().args(["--snapshot-every", SNAPSHOT_EVERY]), ..Default::default() }
+    let node = NodeOptions::default().args(["--snapshot-every", SNAPSHOT_EVERY]);
+    ClusterOptions { node, ..Default::default() }.with_admin_token()
 }
 
 fn retry() -> Value {

@@ -31,9 +31,12 @@ impl Deployment {
         }
     }
 
-    /// One node as a cluster of one, which another can join.
+    /// One node as a cluster of one, which another can join: with an
+    /// admin token, which membership changes need (every request of the
+    /// run carries it).
     pub async fn joinable(bin: &PathBuf, node_args: Vec<String>) -> Self {
-        let node = NodeOptions::default().binary(bin).args(node_args);
+        crate::load::authorize_all(hookraft_tests::cluster::ADMIN_TOKEN);
+        let node = NodeOptions::default().binary(bin).args(node_args).admin_token(hookraft_tests::cluster::ADMIN_TOKEN);
         let options = ClusterOptions { size: 1, node, lease_ms: PRODUCTION_LEASE_MS, ..Default::default() };
         let cluster = TestCluster::start_with(options).await;
         cluster.wait_settled().await;

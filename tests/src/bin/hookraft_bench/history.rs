@@ -427,7 +427,11 @@ async fn read_randomly(bases: Vec<String>, ids: Arc<Vec<(String, String)>>, read
         let url =
             if kind == 0 { format!("{base}/v1/events/{event}") } else { format!("{base}/v1/deliveries/{delivery}") };
         let sent = Instant::now();
-        let read = match client.get(&url).send().await {
+        let mut request = client.get(&url);
+        if let Some(token) = crate::load::bearer_token() {
+            request = request.bearer_auth(token);
+        }
+        let read = match request.send().await {
             Ok(response) if response.status() == reqwest::StatusCode::OK => response.bytes().await.is_ok(),
             Ok(response) => {
                 eprintln!("   (read {url} answered {})", response.status());

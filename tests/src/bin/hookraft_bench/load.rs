@@ -321,14 +321,29 @@ impl Connection {
     }
 }
 
+/// The `authorization` line every request of this process carries, once
+/// [`authorize_all`] set it: for deployments whose nodes have a token.
+static AUTHORIZATION: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
+/// Sends `token` as the bearer token of every request from now on.
+pub fn authorize_all(token: &str) {
+    let _ = AUTHORIZATION.set((token.to_owned(), format!("authorization: Bearer {token}\r\n")));
+}
+
+/// The token [`authorize_all`] set, for the requests made with reqwest.
+pub fn bearer_token() -> Option<&'static str> {
+    AUTHORIZATION.get().map(|(token, _)| token.as_str())
+}
+
 /// A JSON `POST` of `body` to `path` at `addr`, with `headers` (whole
 /// `name: value\r\n` lines) after the usual ones.
 fn request_bytes(path: &str, addr: &str, headers: &str, body: &[u8]) -> Vec<u8> {
     let mut request = Vec::with_capacity(160 + headers.len() + body.len());
+    let authorization = AUTHORIZATION.get().map_or("", |(_, line)| line.as_str());
     // Writing into a Vec cannot fail.
     let _ = write!(
         request,
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}\r\n",
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{authorization}{headers}\r\n",
         body.len()
     );
     request.extend_from_slice(body);
