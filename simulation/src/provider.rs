@@ -302,7 +302,9 @@ impl Provider {
             ledger.in_flight += 1;
             ledger.posted.insert(event.body.clone());
             if let Some(key) = &event.entity_key {
-                ledger.ordering_keys.insert(event.body.clone(), key.clone());
+                // A source's entity keys are ordered apart from any other
+                // source's: the ordering key names the source.
+                ledger.ordering_keys.insert(event.body.clone(), format!("{}:{key}", source.id));
             }
             let post = ledger.inbound.entry((source.id.clone(), event.provider_id.clone())).or_default();
             post.event_type.clone_from(&event.event_type);

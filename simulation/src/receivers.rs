@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hookraft_core::signing::{Secret, verify};
+use hookraft_core::signing::{OrderingHeaders, Secret, verify, verify_ordering};
 use hookraft_delivery::transport::{SendError, SendFuture, SendOrigin, Transport, WebhookRequest, WebhookResponse};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -135,6 +135,22 @@ impl Receivers {
         request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
     }
 
+    /// Whether an ordered request's ordering headers carry a signature that
+    /// verifies (an unordered one has nothing to sign).
+    fn ordering_signed(request: &WebhookRequest, secrets: &[&Secret]) -> bool {
+        let (Some(key), Some(sequence), Some(epoch)) = (
+            Self::header_if(request, "webhook-ordering-key"),
+            Self::header_if(request, "webhook-sequence").and_then(|s| s.parse().ok()),
+            Self::header_if(request, "webhook-ordering-epoch").and_then(|s| s.parse().ok()),
+        ) else {
+            return Self::header_if(request, "webhook-sequence").is_none();
+        };
+        let Ok(timestamp_s) = Self::header(request, "webhook-timestamp").parse::<u64>() else { return false };
+        let place = OrderingHeaders { epoch_ms: epoch, sequence, key };
+        let signature = Self::header(request, "webhook-ordering-signature");
+        verify_ordering(secrets, Self::header(request, "webhook-id"), timestamp_s, &place, signature).is_ok()
+    }
+
     async fn handle(&self, request: WebhookRequest) -> Result<WebhookResponse, SendError> {
         while self.lock().stalled.contains(&request.origin.node_id) {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -153,7 +169,8 @@ impl Receivers {
                 &request.body,
                 (EPOCH_MS + now_ms) / 1_000,
             )
-            .is_ok();
+            .is_ok()
+                && Self::ordering_signed(&request, &secrets);
             let roll = inner.rng.random_range(0..1_000_000u32);
             (behavior, valid, roll)
         };

@@ -238,3 +238,73 @@ async fn order_holds_across_a_shard_move_and_a_leader_kill_on_three_nodes() {
         assert_eq!(unique, (1..=10).collect::<Vec<_>>(), "key {key}: delivered in sequence: {requests:#?}");
     }
 }
+
+/// The ordering headers of each request a receiver saw, as sent.
+#[derive(Clone, Default)]
+struct Headers(Arc<Mutex<Vec<BTreeMap<String, String>>>>);
+
+async fn record_headers(State(seen): State<Headers>, headers: HeaderMap) -> AxumStatus {
+    let named =
+        |name: &str| (name.to_string(), headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string());
+    let names = [
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-sequence",
+        "webhook-ordering-key",
+        "webhook-ordering-epoch",
+        "webhook-ordering-signature",
+    ];
+    seen.0.lock().unwrap().push(names.iter().map(|n| named(n)).collect());
+    AxumStatus::OK
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_forgotten_by_retention_starts_again_at_one_under_a_later_signed_epoch() {
+    use hookraft_core::signing::{OrderingHeaders, Secret, verify_ordering};
+    let seen = Headers::default();
+    let app = axum::Router::new().route("/hook", axum::routing::post(record_headers)).with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let node = TestNode::start_with(hookraft_tests::NodeOptions::default().args(["--retention", "2s"])).await;
+    let (_, secret) =
+        register_endpoint(&node, &json!({"url": url, "ordering": "per_key", "retry": patient_retry()})).await;
+    let secret = Secret::parse(&secret).expect("a whsec secret");
+
+    let first = send_event(&node, &json!({"type": "t", "payload": {"n": 1}, "ordering_key": "k"})).await;
+    eventually(DEADLINE, POLL_INTERVAL, "the first run's event to be delivered", async || {
+        seen.0.lock().unwrap().len() == 1
+    })
+    .await;
+    // Retention forgets the event, and with its last delivery the key.
+    let path = format!("/v1/events/{}", first.event_id);
+    eventually(DEADLINE, POLL_INTERVAL, "retention to forget the event", async || {
+        node.get_json(&path).await.0 == StatusCode::NOT_FOUND
+    })
+    .await;
+    send_event(&node, &json!({"type": "t", "payload": {"n": 2}, "ordering_key": "k"})).await;
+    eventually(DEADLINE, POLL_INTERVAL, "the second run's event to be delivered", async || {
+        seen.0.lock().unwrap().len() == 2
+    })
+    .await;
+
+    let requests = seen.0.lock().unwrap().clone();
+    let mut epochs = Vec::new();
+    for request in &requests {
+        assert_eq!(
+            (request["webhook-sequence"].as_str(), request["webhook-ordering-key"].as_str()),
+            ("1", "k"),
+            "{request:?}"
+        );
+        let epoch: u64 = request["webhook-ordering-epoch"].parse().expect("an epoch in ms");
+        let place = OrderingHeaders { epoch_ms: epoch, sequence: 1, key: "k" };
+        let timestamp: u64 = request["webhook-timestamp"].parse().expect("a timestamp");
+        let signature = &request["webhook-ordering-signature"];
+        assert_eq!(verify_ordering(&[&secret], &request["webhook-id"], timestamp, &place, signature), Ok(()));
+        // The same headers with the sequence raised are not what was signed.
+        let forged = OrderingHeaders { sequence: 2, ..place };
+        assert!(verify_ordering(&[&secret], &request["webhook-id"], timestamp, &forged, signature).is_err());
+        epochs.push(epoch);
+    }
+    assert!(epochs[1] > epochs[0], "the new run's epoch is later: {epochs:?}");
+}

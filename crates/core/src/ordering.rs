@@ -5,6 +5,12 @@
 //! (gap-free, from 1), and only the key's *head*, its lowest unsettled
 //! sequence, may be attempted. Keys are independent of each other.
 //!
+//! Each run of a key has an **epoch**: the creation time (ms) of the
+//! delivery that started it. A key forgotten (retention took its last
+//! delivery, or its endpoint stopped ordering) starts again at sequence 1
+//! in a later epoch, so a receiver that compares `(epoch, sequence)` tells
+//! a new run from an old event ([`KeyOrder::epoch_ms`]).
+//!
 //! When the head is dead-lettered, [`OnDead`] decides: `Block` keeps it as
 //! the head, blocking the key until it is replayed or skipped; `Skip`
 //! settles it and lets the next one go. A replayed delivery goes back in
@@ -48,6 +54,9 @@ pub enum OnDead {
 /// One key's order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyOrder {
+    /// When this run of the key started: the creation time of the delivery
+    /// that made the queue.
+    epoch_ms: u64,
     /// The last sequence number given out (0: none yet).
     last_sequence: u64,
     /// Unsettled deliveries in sequence order; the first is the head. A
@@ -64,8 +73,17 @@ struct Waiting {
 }
 
 impl KeyOrder {
+    fn starting(epoch_ms: u64) -> Self {
+        Self { epoch_ms, ..Self::default() }
+    }
+
     pub fn last_sequence(&self) -> u64 {
         self.last_sequence
+    }
+
+    /// When this run of the key started (ms): later for every new run.
+    pub fn epoch_ms(&self) -> u64 {
+        self.epoch_ms
     }
 
     /// The delivery that may go next and its sequence, unless the key is
@@ -117,9 +135,11 @@ impl<K: Ord + Clone> OrderedKeys<K> {
         self.keys.is_empty()
     }
 
-    /// Gives `delivery` the key's next sequence number and queues it last.
-    pub fn enqueue(&mut self, key: K, delivery: DeliveryId) -> u64 {
-        let order = self.keys.entry(key).or_default();
+    /// Gives `delivery` the key's next sequence number and queues it last;
+    /// a key not held starts a run of epoch `created_ms`, the delivery's
+    /// creation time.
+    pub fn enqueue(&mut self, key: K, delivery: DeliveryId, created_ms: u64) -> u64 {
+        let order = self.keys.entry(key).or_insert_with(|| KeyOrder::starting(created_ms));
         order.last_sequence += 1;
         order.waiting.push_back(Waiting { sequence: order.last_sequence, delivery, dead: false });
         order.last_sequence
@@ -145,9 +165,10 @@ impl<K: Ord + Clone> OrderedKeys<K> {
     /// Puts a delivery of `sequence` where its record says it stands (the
     /// key's last sequence follows the highest seen). What the state calls
     /// after each change of an ordered delivery, and to rebuild the queues
-    /// from the records after a snapshot is decoded.
-    pub fn place(&mut self, key: K, sequence: u64, delivery: DeliveryId, place: Place) {
-        let order = self.keys.entry(key).or_default();
+    /// from the records after a snapshot is decoded. A key not held starts
+    /// a run of epoch `created_ms`, the delivery's creation time.
+    pub fn place(&mut self, key: K, sequence: u64, delivery: DeliveryId, place: Place, created_ms: u64) {
+        let order = self.keys.entry(key).or_insert_with(|| KeyOrder::starting(created_ms));
         order.last_sequence = order.last_sequence.max(sequence);
         let at = order.position(&delivery);
         match (place, at) {

@@ -5,6 +5,13 @@
 //! Verification accepts a request when any entry matches any secret, compares
 //! in constant time, and refuses timestamps more than five minutes away.
 //!
+//! Ordered deliveries also carry `webhook-ordering-signature`, the same
+//! `v1,<base64>` entries over their ordering headers, so that a receiver
+//! orders by signed data only ([`ordering_signature_header`]): HMAC-SHA256
+//! of `"{id}.{timestamp}.{epoch}.{sequence}.{key}"` under the ordering key
+//! of each secret, HMAC-SHA256(secret, `hookraft-ordering-v1`). A key of
+//! its own keeps the two signatures apart: neither can stand for the other.
+//!
 //! This module owns the secret format (`whsec_` + standard base64) and the
 //! signature scheme. It must not read a clock or a global RNG: the current time
 //! and the random source are parameters.
@@ -34,6 +41,20 @@ pub const SIGNATURE_VERSION_PREFIX: &str = "v1,";
 /// `v1,` entries of one header that `verify` looks at; the rest are ignored,
 /// so a hostile header cannot make us compute HMACs without bound.
 pub const SIGNATURE_ENTRIES_CHECKED_MAX: usize = 16;
+
+/// What the ordering key of a secret is derived with.
+pub const ORDERING_KEY_LABEL: &[u8] = b"hookraft-ordering-v1";
+
+/// An ordered delivery's place, as `webhook-ordering-signature` signs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderingHeaders<'a> {
+    /// `webhook-ordering-epoch`: when the key's run started (ms).
+    pub epoch_ms: u64,
+    /// `webhook-sequence`.
+    pub sequence: u32,
+    /// `webhook-ordering-key`.
+    pub key: &'a str,
+}
 
 /// A signing secret. `Debug` never shows the key.
 ///
@@ -109,6 +130,19 @@ impl Secret {
         mac.update(body);
         mac
     }
+
+    /// An HMAC keyed with this secret's ordering key, fed with the ordering
+    /// signature's content.
+    fn ordering_mac(&self, msg_id: &str, timestamp: &str, ordering: &OrderingHeaders<'_>) -> HmacSha256 {
+        let mut derive = HmacSha256::new_from_slice(&self.key).expect("HMAC accepts any key length");
+        derive.update(ORDERING_KEY_LABEL);
+        let key = derive.finalize().into_bytes();
+        let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC accepts any key length");
+        let OrderingHeaders { epoch_ms, sequence, key } = ordering;
+        mac.update(format!("{msg_id}.{timestamp}.{epoch_ms}.{sequence}.").as_bytes());
+        mac.update(key.as_bytes());
+        mac
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -141,6 +175,56 @@ pub fn signature_header(secrets: &[&Secret], msg_id: &str, timestamp_s: u64, bod
     secrets.iter().map(|secret| sign(secret, msg_id, timestamp_s, body)).collect::<Vec<_>>().join(" ")
 }
 
+/// The `webhook-ordering-signature` value: one `v1,` entry per secret.
+pub fn ordering_signature_header(
+    secrets: &[&Secret],
+    msg_id: &str,
+    timestamp_s: u64,
+    ordering: &OrderingHeaders<'_>,
+) -> String {
+    let timestamp = timestamp_s.to_string();
+    secrets
+        .iter()
+        .map(|secret| {
+            let tag = secret.ordering_mac(msg_id, &timestamp, ordering).finalize().into_bytes();
+            format!("{SIGNATURE_VERSION_PREFIX}{}", BASE64.encode(tag))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Checks `webhook-ordering-signature` of a request whose `webhook-signature`
+/// [`verify`] accepted (its timestamp checked there): any entry matching any
+/// secret, compared in constant time.
+pub fn verify_ordering(
+    secrets: &[&Secret],
+    msg_id: &str,
+    timestamp_s: u64,
+    ordering: &OrderingHeaders<'_>,
+    signature_header: &str,
+) -> Result<(), VerifyError> {
+    let timestamp = timestamp_s.to_string();
+    let macs: Vec<HmacSha256> =
+        secrets.iter().map(|secret| secret.ordering_mac(msg_id, &timestamp, ordering)).collect();
+    matches_any(&macs, signature_header)
+}
+
+/// Whether an entry of `signature_header` matches one of `macs`.
+fn matches_any(macs: &[HmacSha256], signature_header: &str) -> Result<(), VerifyError> {
+    let tags = signature_header
+        .split(' ')
+        .filter_map(|entry| entry.strip_prefix(SIGNATURE_VERSION_PREFIX))
+        .take(SIGNATURE_ENTRIES_CHECKED_MAX)
+        .filter_map(|encoded| BASE64.decode(encoded).ok());
+    for tag in tags {
+        // `verify_slice` compares in constant time.
+        if macs.iter().any(|mac| mac.clone().verify_slice(&tag).is_ok()) {
+            return Ok(());
+        }
+    }
+    Err(VerifyError::NoMatchingSignature)
+}
+
 /// Checks a request as a receiver would.
 ///
 /// The timestamp is checked before any HMAC is computed, so replays of old
@@ -162,18 +246,7 @@ pub fn verify(
     // Sign the canonical decimal form, as the sender did.
     let timestamp = timestamp_s.to_string();
     let macs: Vec<HmacSha256> = secrets.iter().map(|secret| secret.mac(msg_id, &timestamp, body)).collect();
-    let tags = signature_header
-        .split(' ')
-        .filter_map(|entry| entry.strip_prefix(SIGNATURE_VERSION_PREFIX))
-        .take(SIGNATURE_ENTRIES_CHECKED_MAX)
-        .filter_map(|encoded| BASE64.decode(encoded).ok());
-    for tag in tags {
-        // `verify_slice` compares in constant time.
-        if macs.iter().any(|mac| mac.clone().verify_slice(&tag).is_ok()) {
-            return Ok(());
-        }
-    }
-    Err(VerifyError::NoMatchingSignature)
+    matches_any(&macs, signature_header)
 }
 
 /// A `webhook-timestamp`: ASCII decimal seconds, surrounding blanks tolerated.
@@ -204,6 +277,36 @@ mod tests {
 
     fn secret_of(byte: u8) -> Secret {
         Secret::from_key(vec![byte; SECRET_BYTES_GENERATED]).expect("valid length")
+    }
+
+    #[test]
+    fn an_ordering_signature_verifies_for_its_fields_only_and_never_as_a_payload_signature() {
+        let secret = vector_secret();
+        let place = OrderingHeaders { epoch_ms: 1_700_000_000_123, sequence: 4, key: "cus_1" };
+        let header = ordering_signature_header(&[&secret], VECTOR_ID, VECTOR_TS, &place);
+        assert_eq!(verify_ordering(&[&secret], VECTOR_ID, VECTOR_TS, &place, &header), Ok(()));
+        let forged = [
+            OrderingHeaders { sequence: 5, ..place },
+            OrderingHeaders { epoch_ms: 1_700_000_000_124, ..place },
+            OrderingHeaders { key: "cus_2", ..place },
+        ];
+        for other in forged {
+            assert!(verify_ordering(&[&secret], VECTOR_ID, VECTOR_TS, &other, &header).is_err(), "{other:?}");
+        }
+        assert!(verify_ordering(&[&secret], "msg_other", VECTOR_TS, &place, &header).is_err());
+        assert!(verify_ordering(&[&secret], VECTOR_ID, VECTOR_TS + 1, &place, &header).is_err());
+        assert!(verify_ordering(&[&secret_of(9)], VECTOR_ID, VECTOR_TS, &place, &header).is_err());
+        // The payload signature of the same content is another tag.
+        let content = format!("{}.{}.{}", place.epoch_ms, place.sequence, place.key);
+        let as_payload = signature_header(&[&secret], VECTOR_ID, VECTOR_TS, content.as_bytes());
+        assert!(verify_ordering(&[&secret], VECTOR_ID, VECTOR_TS, &place, &as_payload).is_err());
+        // Independently computed: HMAC(HMAC(key, label), content).
+        let mut derive = HmacSha256::new_from_slice(&secret.key).unwrap();
+        derive.update(b"hookraft-ordering-v1");
+        let ordering_key = derive.finalize().into_bytes();
+        let mut mac = HmacSha256::new_from_slice(&ordering_key).unwrap();
+        mac.update(format!("{VECTOR_ID}.{VECTOR_TS}.1700000000123.4.cus_1").as_bytes());
+        assert_eq!(header, format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())));
     }
 
     #[test]

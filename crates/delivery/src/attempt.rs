@@ -7,7 +7,7 @@ use std::time::Duration;
 use hookraft_core::ids::{DeliveryId, EventId, NodeId};
 use hookraft_core::model::{AttemptRecord, Endpoint, RESPONSE_EXCERPT_BYTES_MAX};
 use hookraft_core::retry::{AttemptResult, parse_retry_after};
-use hookraft_core::signing::signature_header;
+use hookraft_core::signing::{OrderingHeaders, ordering_signature_header, signature_header};
 
 use crate::transport::{SendError, SendOrigin, Target, WebhookRequest, WebhookResponse};
 
@@ -20,9 +20,19 @@ pub struct AttemptPlan {
     pub payload: Arc<[u8]>,
     /// 1-based number of this attempt over the delivery's life.
     pub attempt_number: u32,
-    /// An ordered delivery's sequence and ordering key, sent as the
-    /// `webhook-sequence` and `webhook-ordering-key` headers.
-    pub ordering: Option<(u32, Box<str>)>,
+    /// An ordered delivery's place in its key's order, sent as the
+    /// `webhook-ordering-key`, `webhook-ordering-epoch` and
+    /// `webhook-sequence` headers, signed in `webhook-ordering-signature`.
+    pub ordering: Option<OrderingPlace>,
+}
+
+/// Where an ordered delivery stands: its key, the run's epoch and its
+/// sequence in the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderingPlace {
+    pub key: Box<str>,
+    pub epoch_ms: u64,
+    pub sequence: u32,
 }
 
 /// Builds the signed request for `plan` to `target` (the endpoint's URL,
@@ -49,9 +59,16 @@ pub fn build_request(
                 ("webhook-attempt", plan.attempt_number.to_string()),
                 ("hookraft-delivery-id", plan.delivery_id.to_string()),
             ];
-            if let Some((sequence, key)) = &plan.ordering {
-                headers.push(("webhook-sequence", sequence.to_string()));
-                headers.push(("webhook-ordering-key", key.to_string()));
+            if let Some(place) = &plan.ordering {
+                let signed = OrderingHeaders { epoch_ms: place.epoch_ms, sequence: place.sequence, key: &place.key };
+                let id = plan.event_id.as_str();
+                headers.push(("webhook-sequence", place.sequence.to_string()));
+                headers.push(("webhook-ordering-key", place.key.to_string()));
+                headers.push(("webhook-ordering-epoch", place.epoch_ms.to_string()));
+                headers.push((
+                    "webhook-ordering-signature",
+                    ordering_signature_header(&secrets, &id, timestamp_s, &signed),
+                ));
             }
             headers
         },
@@ -178,6 +195,41 @@ mod tests {
         let later = build_request(&endpoint, target, &plan, now_ms + 1, SendOrigin::default());
         let later_sig = later.headers.iter().find(|(k, _)| *k == "webhook-signature").unwrap();
         assert_eq!(later_sig.1.split(' ').count(), 1);
+    }
+
+    #[test]
+    fn an_ordered_request_signs_its_place_with_every_valid_secret() {
+        let now_ms = 1_700_000_000_000;
+        let endpoint = endpoint(now_ms);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let event_id = EventId::generate(now_ms, &mut rng);
+        let place = OrderingPlace { key: "cus_1".into(), epoch_ms: 1_699_000_000_000, sequence: 7 };
+        let plan = AttemptPlan {
+            delivery_id: DeliveryId::derive(&event_id, &endpoint.id),
+            event_id,
+            payload: Arc::from("{}".as_bytes()),
+            attempt_number: 1,
+            ordering: Some(place),
+        };
+        let request = build_request(&endpoint, Target::new(&endpoint.url), &plan, now_ms, SendOrigin::default());
+        let header = |name: &str| request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap();
+        assert_eq!(
+            (header("webhook-sequence"), header("webhook-ordering-key"), header("webhook-ordering-epoch")),
+            ("7".to_string(), "cus_1".to_string(), "1699000000000".to_string())
+        );
+        let signed = OrderingHeaders { epoch_ms: 1_699_000_000_000, sequence: 7, key: "cus_1" };
+        let signature = header("webhook-ordering-signature");
+        assert_eq!(signature.split(' ').count(), 2, "one entry per secret during the rotation");
+        for secret in [&endpoint.secret, &endpoint.previous_secrets[0].secret] {
+            let checked = hookraft_core::signing::verify_ordering(
+                &[secret],
+                &event_id.as_str(),
+                now_ms / 1_000,
+                &signed,
+                &signature,
+            );
+            assert_eq!(checked, Ok(()));
+        }
     }
 
     #[test]

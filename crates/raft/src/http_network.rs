@@ -31,7 +31,7 @@
 //!
 //! This module decides nothing about Raft; it only carries bytes.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,8 +84,8 @@ pub struct LinkSender {
     boot: u64,
     seq: AtomicU64,
     clock: Arc<dyn Clock>,
-    /// `(node, address)` pairs whose hello reply verified.
-    proven: Mutex<HashSet<(NodeId, String)>>,
+    /// The address each node's hello reply verified from.
+    proven: Mutex<HashMap<NodeId, String>>,
 }
 
 impl fmt::Debug for LinkSender {
@@ -107,15 +107,15 @@ impl LinkSender {
     }
 
     fn is_proven(&self, to: NodeId, base: &str) -> bool {
-        self.proven.lock().unwrap_or_else(|p| p.into_inner()).contains(&(to, base.to_owned()))
+        self.proven.lock().unwrap_or_else(|p| p.into_inner()).get(&to).is_some_and(|proven| proven == base)
     }
 
     fn set_proven(&self, to: NodeId, base: &str, proven: bool) {
-        let mut set = self.proven.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.proven.lock().unwrap_or_else(|p| p.into_inner());
         if proven {
-            set.insert((to, base.to_owned()));
-        } else {
-            set.remove(&(to, base.to_owned()));
+            map.insert(to, base.to_owned());
+        } else if map.get(&to).is_some_and(|was| was == base) {
+            map.remove(&to);
         }
     }
 

@@ -91,6 +91,8 @@ pub(crate) mod test_support {
     use crate::Request;
 
     pub const NOW_S: u64 = 1_700_000_000;
+    /// The epoch of the runs [`Signed::ordered`] signs.
+    pub const EPOCH_MS: u64 = 1_690_000_000_000;
 
     pub fn secret(byte: u8) -> Secret {
         Secret::from_key(vec![byte; 32]).expect("valid key length")
@@ -98,15 +100,18 @@ pub(crate) mod test_support {
 
     /// The owned headers of a request, as a sender signed them.
     pub struct Signed {
+        secret: Secret,
         id: String,
         timestamp: String,
         signature: String,
-        ordering: Option<(String, String)>,
+        /// Key, sequence, epoch and their signature.
+        ordering: Option<(String, String, String, String)>,
         body: Vec<u8>,
     }
 
     pub fn signed(secret: &Secret, id: &str, timestamp_s: u64, body: &[u8]) -> Signed {
         Signed {
+            secret: secret.clone(),
             id: id.into(),
             timestamp: timestamp_s.to_string(),
             signature: signing::sign(secret, id, timestamp_s, body),
@@ -116,8 +121,22 @@ pub(crate) mod test_support {
     }
 
     impl Signed {
-        pub fn ordered(mut self, key: &str, sequence: &str) -> Self {
-            self.ordering = Some((key.into(), sequence.into()));
+        /// Ordering headers of a run of epoch [`EPOCH_MS`], signed when the
+        /// sequence is a number.
+        pub fn ordered(self, key: &str, sequence: &str) -> Self {
+            self.ordered_in(EPOCH_MS, key, sequence)
+        }
+
+        pub fn ordered_in(mut self, epoch_ms: u64, key: &str, sequence: &str) -> Self {
+            let timestamp_s: u64 = self.timestamp.parse().expect("a number");
+            let signature = sequence.parse().map_or_else(
+                |_| String::new(),
+                |sequence| {
+                    let place = signing::OrderingHeaders { epoch_ms, sequence, key };
+                    signing::ordering_signature_header(&[&self.secret], &self.id, timestamp_s, &place)
+                },
+            );
+            self.ordering = Some((key.into(), sequence.into(), epoch_ms.to_string(), signature));
             self
         }
 
@@ -126,8 +145,10 @@ pub(crate) mod test_support {
                 id: Some(&self.id),
                 timestamp: Some(&self.timestamp),
                 signature: Some(&self.signature),
-                sequence: self.ordering.as_ref().map(|(_, sequence)| sequence.as_str()),
-                ordering_key: self.ordering.as_ref().map(|(key, _)| key.as_str()),
+                sequence: self.ordering.as_ref().map(|(_, sequence, _, _)| sequence.as_str()),
+                ordering_key: self.ordering.as_ref().map(|(key, _, _, _)| key.as_str()),
+                ordering_epoch: self.ordering.as_ref().map(|(_, _, epoch, _)| epoch.as_str()),
+                ordering_signature: self.ordering.as_ref().map(|(_, _, _, signature)| signature.as_str()),
                 body: &self.body,
             }
         }

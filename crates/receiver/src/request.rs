@@ -7,10 +7,13 @@
 //! reads no clock; deduplication and the stale guard are [`crate::Inbox`]'s.
 //!
 //! The signature covers `webhook-id`, `webhook-timestamp` and the body, as
-//! Standard Webhooks defines it; `webhook-sequence` and `webhook-ordering-key`
-//! are not signed, so they are trusted as far as the transport is (TLS).
+//! Standard Webhooks defines it. The ordering headers (`webhook-ordering-key`,
+//! `webhook-ordering-epoch`, `webhook-sequence`) are covered by
+//! `webhook-ordering-signature` (`hookraft_core::signing::verify_ordering`):
+//! a request whose ordering headers are not signed, or signed for other
+//! values, is rejected, so an ordering decision rests on signed data only.
 
-use hookraft_core::signing::{self, Secret, VerifyError};
+use hookraft_core::signing::{self, OrderingHeaders, Secret, VerifyError};
 
 /// Longest `webhook-id` accepted, in bytes; the inbox stores each one for the
 /// dedupe window. hookraft's event ids are 30 bytes.
@@ -32,6 +35,11 @@ pub struct Request<'a> {
     pub sequence: Option<&'a str>,
     /// `webhook-ordering-key`: on ordered endpoints, the event's key.
     pub ordering_key: Option<&'a str>,
+    /// `webhook-ordering-epoch`: on ordered endpoints, when the key's run
+    /// started (ms); a later run has a later epoch.
+    pub ordering_epoch: Option<&'a str>,
+    /// `webhook-ordering-signature`: the ordering headers' signature.
+    pub ordering_signature: Option<&'a str>,
     pub body: &'a [u8],
 }
 
@@ -45,6 +53,8 @@ impl<'a> Request<'a> {
             signature: header("webhook-signature"),
             sequence: header("webhook-sequence"),
             ordering_key: header("webhook-ordering-key"),
+            ordering_epoch: header("webhook-ordering-epoch"),
+            ordering_signature: header("webhook-ordering-signature"),
             body,
         }
     }
@@ -61,10 +71,13 @@ pub struct Delivery<'a> {
 }
 
 /// The place of a delivery in its key's order, from an ordered endpoint:
-/// sequences count 1, 2, 3, ... per (endpoint, key) without gaps.
+/// sequences count 1, 2, 3, ... per (endpoint, key) without gaps within a
+/// run of the key; a key forgotten by the sender starts a new run, at 1,
+/// under a later epoch. Signed by the sender.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sequenced<'a> {
     pub key: &'a str,
+    pub epoch_ms: u64,
     pub sequence: u32,
 }
 
@@ -77,10 +90,14 @@ pub enum Rejection {
     BadId,
     #[error(transparent)]
     Signature(#[from] VerifyError),
-    #[error("webhook-sequence and webhook-ordering-key must come together")]
+    #[error("webhook-sequence, webhook-ordering-key and webhook-ordering-epoch must come together")]
     HalfOrdering,
     #[error("webhook-sequence is not a whole number from 0 to 4294967295")]
     BadSequence,
+    #[error("webhook-ordering-epoch is not a whole number of milliseconds")]
+    BadEpoch,
+    #[error("webhook-ordering-signature does not sign these ordering headers: {0}")]
+    OrderingSignature(VerifyError),
     #[error("an ordering key must be 1 to {KEY_BYTES_MAX} bytes")]
     BadKey,
 }
@@ -99,7 +116,13 @@ pub fn verify<'a>(secrets: &[Secret], request: &Request<'a>, now_s: u64) -> Resu
     let secrets: Vec<&Secret> = secrets.iter().collect();
     signing::verify(&secrets, id, timestamp, signature, request.body, now_s)?;
     let timestamp_s = timestamp.trim().parse().map_err(|_| Rejection::Signature(VerifyError::BadTimestamp))?;
-    let sequenced = sequenced(request.sequence, request.ordering_key)?;
+    let sequenced = sequenced(request.sequence, request.ordering_key, request.ordering_epoch)?;
+    if let Some(place) = &sequenced {
+        let signed = OrderingHeaders { epoch_ms: place.epoch_ms, sequence: place.sequence, key: place.key };
+        let signature = request.ordering_signature.unwrap_or_default();
+        signing::verify_ordering(&secrets, id, timestamp_s, &signed, signature)
+            .map_err(Rejection::OrderingSignature)?;
+    }
     Ok(Delivery { id, timestamp_s, sequenced, body: request.body })
 }
 
@@ -114,20 +137,30 @@ fn missing_headers(request: &Request<'_>) -> Vec<&'static str> {
     .collect()
 }
 
-fn sequenced<'a>(sequence: Option<&str>, key: Option<&'a str>) -> Result<Option<Sequenced<'a>>, Rejection> {
-    match (sequence, key) {
-        (None, None) => Ok(None),
-        (Some(sequence), Some(key)) => {
+fn sequenced<'a>(
+    sequence: Option<&str>,
+    key: Option<&'a str>,
+    epoch: Option<&str>,
+) -> Result<Option<Sequenced<'a>>, Rejection> {
+    match (sequence, key, epoch) {
+        (None, None, None) => Ok(None),
+        (Some(sequence), Some(key), Some(epoch)) => {
             check_key(key)?;
-            let digits = sequence.trim();
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(Rejection::BadSequence);
-            }
-            let sequence = digits.parse().map_err(|_| Rejection::BadSequence)?;
-            Ok(Some(Sequenced { key, sequence }))
+            let sequence = whole_number(sequence).ok_or(Rejection::BadSequence)?;
+            let epoch_ms = whole_number(epoch).ok_or(Rejection::BadEpoch)?;
+            Ok(Some(Sequenced { key, epoch_ms, sequence }))
         }
         _ => Err(Rejection::HalfOrdering),
     }
+}
+
+/// ASCII digits, surrounding blanks tolerated, that fit `T`.
+fn whole_number<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let digits = text.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// An ordering key is 1 to [`KEY_BYTES_MAX`] bytes.
@@ -139,7 +172,7 @@ pub(crate) fn check_key(key: &str) -> Result<(), Rejection> {
 mod tests {
     use super::*;
     use crate::TIMESTAMP_TOLERANCE_S;
-    use crate::test_support::{NOW_S, secret, signed};
+    use crate::test_support::{EPOCH_MS, NOW_S, secret, signed};
 
     #[test]
     fn a_correctly_signed_request_verifies_with_its_id_and_timestamp() {
@@ -212,7 +245,28 @@ mod tests {
         let key = secret(1);
         let request = signed(&key, "evt_1", NOW_S, b"{}").ordered("cus_42", "7");
         let delivery = verify(&[key], &request.as_request(), NOW_S).expect("verifies");
-        assert_eq!(delivery.sequenced, Some(Sequenced { key: "cus_42", sequence: 7 }));
+        assert_eq!(delivery.sequenced, Some(Sequenced { key: "cus_42", epoch_ms: EPOCH_MS, sequence: 7 }));
+    }
+
+    #[test]
+    fn forged_or_unsigned_ordering_headers_are_rejected() {
+        let key = secret(1);
+        let request = signed(&key, "evt_1", NOW_S, b"{}").ordered("cus_42", "7");
+        let genuine = request.as_request();
+        let forged = [
+            Request { sequence: Some("8"), ..genuine },
+            Request { ordering_key: Some("cus_43"), ..genuine },
+            Request { ordering_epoch: Some("1"), ..genuine },
+            Request { ordering_signature: None, ..genuine },
+            Request { ordering_signature: genuine.signature, ..genuine },
+        ];
+        for request in forged {
+            let result = verify(std::slice::from_ref(&key), &request, NOW_S);
+            assert!(matches!(result, Err(Rejection::OrderingSignature(_))), "{request:?}: {result:?}");
+        }
+        let other_secret = signed(&secret(2), "evt_1", NOW_S, b"{}").ordered("cus_42", "7");
+        let mixed = Request { ordering_signature: other_secret.as_request().ordering_signature, ..genuine };
+        assert!(matches!(verify(&[key], &mixed, NOW_S), Err(Rejection::OrderingSignature(_))));
     }
 
     #[test]
@@ -220,17 +274,20 @@ mod tests {
         let key = secret(1);
         let base = signed(&key, "evt_1", NOW_S, b"{}");
         let long_key = "k".repeat(KEY_BYTES_MAX + 1);
+        let epoch = Some("1700000000000");
         let cases = [
-            (Some("1"), None, Rejection::HalfOrdering),
-            (None, Some("cus_1"), Rejection::HalfOrdering),
-            (Some("-1"), Some("cus_1"), Rejection::BadSequence),
-            (Some("4294967296"), Some("cus_1"), Rejection::BadSequence),
-            (Some(""), Some("cus_1"), Rejection::BadSequence),
-            (Some("1"), Some(""), Rejection::BadKey),
-            (Some("1"), Some(long_key.as_str()), Rejection::BadKey),
+            (Some("1"), None, epoch, Rejection::HalfOrdering),
+            (None, Some("cus_1"), epoch, Rejection::HalfOrdering),
+            (Some("1"), Some("cus_1"), None, Rejection::HalfOrdering),
+            (Some("-1"), Some("cus_1"), epoch, Rejection::BadSequence),
+            (Some("4294967296"), Some("cus_1"), epoch, Rejection::BadSequence),
+            (Some(""), Some("cus_1"), epoch, Rejection::BadSequence),
+            (Some("1"), Some("cus_1"), Some("x"), Rejection::BadEpoch),
+            (Some("1"), Some(""), epoch, Rejection::BadKey),
+            (Some("1"), Some(long_key.as_str()), epoch, Rejection::BadKey),
         ];
-        for (sequence, ordering_key, expected) in cases {
-            let request = Request { sequence, ordering_key, ..base.as_request() };
+        for (sequence, ordering_key, ordering_epoch, expected) in cases {
+            let request = Request { sequence, ordering_key, ordering_epoch, ..base.as_request() };
             assert_eq!(
                 verify(std::slice::from_ref(&key), &request, NOW_S),
                 Err(expected),

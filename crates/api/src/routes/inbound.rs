@@ -333,7 +333,16 @@ fn new_event(
         payload,
         idempotency_key: Some(key),
         endpoint_ids: None,
-        ordering_key: entity_key,
+        ordering_key: ordering_key(source, entity_key.as_deref()),
         inbound: Some(Box::new(inbound)),
     })
+}
+
+/// The ordering key of a source's entity key: `{source_id}:{entity_key}`,
+/// so that two sources whose entity keys overlap are never one key's order
+/// (nor one receiver's). `None` past the ordering keys' bound (the event
+/// then goes unordered).
+fn ordering_key(source: &Source, entity_key: Option<&str>) -> Option<String> {
+    let key = format!("{}:{}", source.id, entity_key?);
+    (key.len() <= super::events::IDEMPOTENCY_KEY_BYTES_MAX).then_some(key)
 }

@@ -14,7 +14,7 @@ pub const FORWARD_TIMEOUT_MS: u64 = 10_000;
 
 /// The request headers passed on: the webhook's own, so the service can
 /// verify the signature itself and read the ordering.
-pub const FORWARDED_HEADERS: [&str; 8] = [
+pub const FORWARDED_HEADERS: [&str; 10] = [
     "content-type",
     "webhook-id",
     "webhook-timestamp",
@@ -22,6 +22,8 @@ pub const FORWARDED_HEADERS: [&str; 8] = [
     "webhook-attempt",
     "webhook-sequence",
     "webhook-ordering-key",
+    "webhook-ordering-epoch",
+    "webhook-ordering-signature",
     "hookraft-delivery-id",
 ];
 

@@ -52,7 +52,12 @@ async fn send(addr: SocketAddr, secret: &Secret, id: &str, ordering: Option<(&st
         .header("webhook-attempt", "1")
         .body(body.to_owned());
     if let Some((key, sequence)) = ordering {
-        request = request.header("webhook-ordering-key", key).header("webhook-sequence", sequence.to_string());
+        let place = signing::OrderingHeaders { epoch_ms: 1_000, sequence, key };
+        request = request
+            .header("webhook-ordering-key", key)
+            .header("webhook-sequence", sequence.to_string())
+            .header("webhook-ordering-epoch", "1000")
+            .header("webhook-ordering-signature", signing::ordering_signature_header(&[secret], id, ts, &place));
     }
     request.send().await.expect("answer").status().as_u16()
 }

@@ -62,6 +62,8 @@ pub struct Seen {
     pub signature: Option<String>,
     pub sequence: Option<String>,
     pub ordering_key: Option<String>,
+    pub ordering_epoch: Option<String>,
+    pub ordering_signature: Option<String>,
     pub bytes: usize,
     /// The first [`BODY_PREVIEW_CHARS_MAX`] characters, control characters
     /// turned into spaces so the line stays one line.
@@ -78,6 +80,8 @@ impl Seen {
             signature: header("webhook-signature"),
             sequence: header("webhook-sequence"),
             ordering_key: header("webhook-ordering-key"),
+            ordering_epoch: header("webhook-ordering-epoch"),
+            ordering_signature: header("webhook-ordering-signature"),
             bytes: body.len(),
             body_preview: preview(body),
         }
@@ -92,6 +96,8 @@ impl Seen {
             signature: self.signature.as_deref(),
             sequence: self.sequence.as_deref().filter(|_| ordered),
             ordering_key: self.ordering_key.as_deref().filter(|_| ordered),
+            ordering_epoch: self.ordering_epoch.as_deref().filter(|_| ordered),
+            ordering_signature: self.ordering_signature.as_deref().filter(|_| ordered),
             body,
         }
     }
@@ -289,8 +295,12 @@ mod tests {
     fn seen_ordered() -> Seen {
         let mut headers = signed_headers(&secret(1), "evt_2", NOW_S, b"{}");
         headers.insert("webhook-attempt", HeaderValue::from_static("1"));
+        let place = hookraft_core::signing::OrderingHeaders { epoch_ms: 1_000, sequence: 2, key: "cus_1" };
+        let signed = hookraft_core::signing::ordering_signature_header(&[&secret(1)], "evt_2", NOW_S, &place);
         headers.insert("webhook-sequence", HeaderValue::from_static("2"));
         headers.insert("webhook-ordering-key", HeaderValue::from_static("cus_1"));
+        headers.insert("webhook-ordering-epoch", HeaderValue::from_static("1000"));
+        headers.insert("webhook-ordering-signature", HeaderValue::from_str(&signed).expect("a header value"));
         Seen::read(&headers, b"{}")
     }
 

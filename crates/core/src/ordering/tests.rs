@@ -38,7 +38,7 @@ impl<K: Ord + Clone> OrderedKeys<K> {
     /// Delivered: it leaves the queue, wherever it is.
     fn delivered(&mut self, key: &K, delivery: &DeliveryId) -> Result<Head, OrderError> {
         let sequence = self.waiting_sequence(key, delivery)?;
-        self.place(key.clone(), sequence, *delivery, Place::Passed);
+        self.place(key.clone(), sequence, *delivery, Place::Passed, 0);
         Ok(self.head_of(key))
     }
 
@@ -46,20 +46,20 @@ impl<K: Ord + Clone> OrderedKeys<K> {
     fn dead(&mut self, key: &K, delivery: &DeliveryId, on_dead: OnDead) -> Result<Head, OrderError> {
         let sequence = self.waiting_sequence(key, delivery)?;
         let place = if on_dead == OnDead::Block { Place::Blocking } else { Place::Passed };
-        self.place(key.clone(), sequence, *delivery, place);
+        self.place(key.clone(), sequence, *delivery, place, 0);
         Ok(self.head_of(key))
     }
 
     /// The dead head that blocks the key is skipped: it leaves.
     fn skip(&mut self, key: &K) -> Result<Head, OrderError> {
         let (sequence, head) = self.get(key).and_then(KeyOrder::blocked_by).ok_or(OrderError::NotBlocked)?;
-        self.place(key.clone(), sequence, head, Place::Passed);
+        self.place(key.clone(), sequence, head, Place::Passed, 0);
         Ok(self.head_of(key))
     }
 
     /// Replayed: it waits again, in its sequence's place.
     fn replayed(&mut self, key: &K, sequence: u64, delivery: DeliveryId) -> Head {
-        self.place(key.clone(), sequence, delivery, Place::Waiting);
+        self.place(key.clone(), sequence, delivery, Place::Waiting, 0);
         self.head_of(key)
     }
 }
@@ -68,10 +68,10 @@ impl<K: Ord + Clone> OrderedKeys<K> {
 fn each_key_numbers_its_deliveries_from_one_without_gaps_and_keys_are_independent() {
     let d = deliveries(5);
     let mut keys = OrderedKeys::default();
-    assert_eq!(keys.enqueue("a", d[0]), 1);
-    assert_eq!(keys.enqueue("b", d[1]), 1);
-    assert_eq!(keys.enqueue("a", d[2]), 2);
-    assert_eq!(keys.enqueue("a", d[3]), 3);
+    assert_eq!(keys.enqueue("a", d[0], 0), 1);
+    assert_eq!(keys.enqueue("b", d[1], 0), 1);
+    assert_eq!(keys.enqueue("a", d[2], 0), 2);
+    assert_eq!(keys.enqueue("a", d[3], 0), 3);
     assert_eq!(keys.get(&"a").unwrap().last_sequence(), 3);
     // Only each key's head may go; both keys' heads may go at once.
     assert!(keys.may_attempt(&"a", &d[0]) && keys.may_attempt(&"b", &d[1]));
@@ -85,7 +85,7 @@ fn a_dead_head_blocks_its_key_until_skipped_or_replayed() {
     let d = deliveries(3);
     let mut keys = OrderedKeys::default();
     for delivery in &d {
-        keys.enqueue("k", *delivery);
+        keys.enqueue("k", *delivery, 0);
     }
     assert_eq!(keys.dead(&"k", &d[0], OnDead::Block), Ok(None));
     assert!(!keys.may_attempt(&"k", &d[1]), "blocked behind the dead head");
@@ -104,8 +104,8 @@ fn a_dead_head_blocks_its_key_until_skipped_or_replayed() {
 fn under_skip_a_dead_head_lets_the_key_go_on() {
     let d = deliveries(2);
     let mut keys = OrderedKeys::default();
-    keys.enqueue("k", d[0]);
-    keys.enqueue("k", d[1]);
+    keys.enqueue("k", d[0], 0);
+    keys.enqueue("k", d[1], 0);
     assert_eq!(keys.dead(&"k", &d[0], OnDead::Skip), Ok(Some((2, d[1]))));
     assert_eq!(keys.blocked().count(), 0);
 }
@@ -115,7 +115,7 @@ fn a_skipped_delivery_replayed_goes_back_in_its_place() {
     let d = deliveries(3);
     let mut keys = OrderedKeys::default();
     for delivery in &d {
-        keys.enqueue("k", *delivery);
+        keys.enqueue("k", *delivery, 0);
     }
     keys.dead(&"k", &d[0], OnDead::Skip).unwrap();
     // Replayed before the two behind it were delivered: it is first again.
@@ -129,7 +129,7 @@ fn a_dead_delivery_behind_the_head_blocks_when_it_comes_first() {
     let d = deliveries(3);
     let mut keys = OrderedKeys::default();
     for delivery in &d {
-        keys.enqueue("k", *delivery);
+        keys.enqueue("k", *delivery, 0);
     }
     // The endpoint was disabled: everything waiting is dead-lettered.
     for delivery in &d {
@@ -148,22 +148,24 @@ fn a_dead_delivery_behind_the_head_blocks_when_it_comes_first() {
 fn an_idle_key_is_forgotten_with_its_last_delivery_and_starts_again_at_one() {
     let d = deliveries(3);
     let mut keys = OrderedKeys::default();
-    keys.enqueue("k", d[0]);
-    keys.enqueue("k", d[1]);
+    keys.enqueue("k", d[0], 1_000);
+    keys.enqueue("k", d[1], 2_000);
+    assert_eq!(keys.get(&"k").map(KeyOrder::epoch_ms), Some(1_000), "the run's first delivery names its epoch");
     keys.delivered(&"k", &d[0]).unwrap();
     keys.forgotten(&"k");
     assert_eq!(keys.get(&"k").map(KeyOrder::last_sequence), Some(2), "one still waits");
     keys.delivered(&"k", &d[1]).unwrap();
     keys.forgotten(&"k");
     assert!(keys.is_empty());
-    assert_eq!(keys.enqueue("k", d[2]), 1);
+    assert_eq!(keys.enqueue("k", d[2], 90_000), 1);
+    assert_eq!(keys.get(&"k").map(KeyOrder::epoch_ms), Some(90_000), "a new run, a later epoch");
 }
 
 #[test]
 fn operations_on_what_is_not_waiting_change_nothing() {
     let d = deliveries(2);
     let mut keys = OrderedKeys::default();
-    keys.enqueue("k", d[0]);
+    keys.enqueue("k", d[0], 0);
     let before = keys.clone();
     assert_eq!(keys.delivered(&"k", &d[1]), Err(OrderError::NotWaiting));
     assert_eq!(keys.dead(&"x", &d[0], OnDead::Block), Err(OrderError::NotWaiting));
@@ -209,7 +211,7 @@ proptest! {
             match op {
                 Op::Enqueue(k) => {
                     let Some(d) = next.next() else { break };
-                    let sequence = keys.enqueue(k, *d);
+                    let sequence = keys.enqueue(k, *d, 0);
                     let list = queued.entry(k).or_default();
                     list.push(*d);
                     prop_assert_eq!(sequence, list.len() as u64, "gap-free, in queue order");
@@ -264,18 +266,18 @@ fn placing_by_the_records_rebuilds_the_queue_whatever_their_order() {
     let d = deliveries(4);
     let mut built = OrderedKeys::default();
     for delivery in &d {
-        built.enqueue("k", *delivery);
+        built.enqueue("k", *delivery, 0);
     }
     built.delivered(&"k", &d[0]).unwrap();
     built.dead(&"k", &d[1], OnDead::Block).unwrap();
     let mut placed = OrderedKeys::default();
-    placed.place("k", 3, d[2], Place::Waiting);
-    placed.place("k", 1, d[0], Place::Passed);
-    placed.place("k", 4, d[3], Place::Waiting);
-    placed.place("k", 2, d[1], Place::Blocking);
+    placed.place("k", 3, d[2], Place::Waiting, 0);
+    placed.place("k", 1, d[0], Place::Passed, 0);
+    placed.place("k", 4, d[3], Place::Waiting, 0);
+    placed.place("k", 2, d[1], Place::Blocking, 0);
     assert_eq!(placed, built);
     // Placing again moves a delivery, never duplicates it.
-    placed.place("k", 2, d[1], Place::Waiting);
+    placed.place("k", 2, d[1], Place::Waiting, 0);
     assert_eq!(placed.get(&"k").unwrap().head(), Some((2, d[1])));
     assert_eq!(placed.get(&"k").unwrap().waiting(), 3);
     placed.forget_where(|key| *key == "k");

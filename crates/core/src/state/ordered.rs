@@ -57,7 +57,7 @@ impl ClusterState {
         let ordered = self.endpoints.get(endpoint).is_some_and(|e| e.ordering != Ordering::None);
         if let (true, Some(key)) = (ordered, key) {
             let key: OrderKey = (*endpoint, key.into());
-            let sequence = self.ordered.enqueue(key.clone(), delivery.id);
+            let sequence = self.ordered.enqueue(key.clone(), delivery.id, delivery.created_at_ms);
             delivery.sequence = u32::try_from(sequence).unwrap_or(u32::MAX);
             *self.numbered.entry(key).or_default() += 1;
         }
@@ -102,7 +102,7 @@ impl ClusterState {
             let place = place_of(delivery, on_dead);
             let head_of = |state: &Self, key: &OrderKey| state.ordered.get(key).and_then(|k| k.head()).map(|(_, h)| h);
             let before = head_of(self, &key);
-            self.ordered.place(key.clone(), u64::from(delivery.sequence), *id, place);
+            self.ordered.place(key.clone(), u64::from(delivery.sequence), *id, place, delivery.created_at_ms);
             let after = head_of(self, &key);
             if let Some(head) = after.filter(|head| after != before && head != id) {
                 self.to_wake.0.push((head, key.0));
@@ -182,6 +182,14 @@ impl ClusterState {
             return None;
         }
         self.events.get(&delivery.event_id)?.ordering_key.as_deref()
+    }
+
+    /// The epoch of the run `delivery` is numbered in (its key's queue
+    /// holds it while it is not settled, and after, while any delivery of
+    /// the run is held); `None` for an unordered delivery.
+    pub fn ordering_epoch_ms(&self, delivery: &Delivery) -> Option<u64> {
+        let key = self.ordering_key(delivery)?;
+        self.ordered.get(&(delivery.endpoint_id, key.into())).map(|order| order.epoch_ms())
     }
 
     /// The keys of `endpoint` blocked by a dead head, with that head and its

@@ -2,8 +2,9 @@
 //! seen a newer version delivered to the same endpoint is not sent; it
 //! ends `ignored_stale`.
 //!
-//! The state keeps, per (endpoint, entity key), the newest version
-//! delivered and its event. Only deliveries of events whose source names
+//! The state keeps, per (endpoint, source, entity key), the newest version
+//! delivered and its event: two sources whose entity keys overlap never
+//! compare their versions. Only deliveries of events whose source names
 //! both an entity key and a version take part. The owner of an endpoint
 //! asks [`ClusterState::stale_newer`] before each attempt and reports a
 //! [`crate::retry::Decision::IgnoredStale`] under its fencing token; the
@@ -18,12 +19,12 @@
 use serde::{Deserialize, Serialize};
 
 use super::ClusterState;
-use crate::ids::{EndpointId, EventId};
+use crate::ids::{EndpointId, EventId, SourceId};
 use crate::inbound::Version;
 use crate::model::{Delivery, Event, TimelineEntry};
 
-/// (endpoint, entity key).
-pub(super) type NewestKey = (EndpointId, Box<str>);
+/// (endpoint, source, entity key).
+pub(super) type NewestKey = (EndpointId, SourceId, Box<str>);
 
 /// The newest version of a key delivered to an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,8 +42,9 @@ impl ClusterState {
             return None;
         }
         let event = self.events.get(&delivery.event_id)?;
-        let (key, version) = event.inbound.as_deref()?.guarded()?;
-        let newest = self.inbound.newest.get(&(delivery.endpoint_id, Box::from(key)))?;
+        let inbound = event.inbound.as_deref()?;
+        let (key, version) = inbound.guarded()?;
+        let newest = self.inbound.newest.get(&(delivery.endpoint_id, inbound.source_id, Box::from(key)))?;
         (newest.version > *version).then_some(newest.event_id)
     }
 
@@ -50,9 +52,10 @@ impl ClusterState {
     /// its endpoint if it is newer than what was.
     pub(super) fn note_delivered(&mut self, delivery: &Delivery) {
         let Some(event) = self.events.get(&delivery.event_id) else { return };
-        let Some((key, version)) = event.inbound.as_deref().and_then(|inbound| inbound.guarded()) else { return };
+        let Some(inbound) = event.inbound.as_deref() else { return };
+        let Some((key, version)) = inbound.guarded() else { return };
         let newest = Newest { version: version.clone(), event_id: event.id };
-        let entry = self.inbound.newest.entry((delivery.endpoint_id, Box::from(key)));
+        let entry = self.inbound.newest.entry((delivery.endpoint_id, inbound.source_id, Box::from(key)));
         match entry {
             std::collections::btree_map::Entry::Vacant(vacant) => {
                 vacant.insert(newest);
@@ -68,9 +71,10 @@ impl ClusterState {
     /// Retention takes `event` out, with its `deliveries`: the entries it
     /// is the newest of go.
     pub(super) fn forget_newest(&mut self, event: &Event, deliveries: &[Delivery]) {
-        let Some(key) = event.inbound.as_deref().and_then(|inbound| inbound.entity_key.as_deref()) else { return };
+        let Some(inbound) = event.inbound.as_deref() else { return };
+        let Some(key) = inbound.entity_key.as_deref() else { return };
         for delivery in deliveries {
-            let slot = (delivery.endpoint_id, Box::from(key));
+            let slot = (delivery.endpoint_id, inbound.source_id, Box::from(key));
             if self.inbound.newest.get(&slot).is_some_and(|newest| newest.event_id == event.id) {
                 self.inbound.newest.remove(&slot);
             }

@@ -8,7 +8,7 @@ use hookraft_core::payload::OpenError;
 use ractor::ActorRef;
 
 use super::{AttemptDone, EndpointMsg, EndpointState, InFlight};
-use crate::attempt::AttemptPlan;
+use crate::attempt::{AttemptPlan, OrderingPlace};
 use crate::queue::{QueuedDelivery, is_active_for};
 use crate::transport::SendError;
 
@@ -33,7 +33,11 @@ impl EndpointState {
                 return Some(Err(NotSent::Stale(newer)));
             }
             let event = guard.events.get(&delivery.event_id)?;
-            let ordering = guard.ordering_key(delivery).map(|key| (delivery.sequence, Box::from(key)));
+            let ordering = guard.ordering_key(delivery).map(|key| OrderingPlace {
+                key: Box::from(key),
+                epoch_ms: guard.ordering_epoch_ms(delivery).unwrap_or(0),
+                sequence: delivery.sequence,
+            });
             // The type is part of a sealed payload's associated data only.
             let sealed_type = event.payload.is_sealed().then(|| event.event_type.clone());
             (event.id, event.payload.clone(), sealed_type, ordering)

@@ -37,9 +37,13 @@ struct Delivery {
     id: String,
     timestamp: String,
     signature: String,
-    ordering: Option<(String, String)>,
+    /// Key, sequence, epoch and their signature.
+    ordering: Option<(String, String, String, String)>,
     body: String,
 }
+
+/// The epoch of the runs the tests sign.
+const EPOCH_MS: u64 = 1_690_000_000_000;
 
 fn change(id: &str, revision: u64, status: &str) -> Delivery {
     let body = format!(r#"{{"order_id":"ord_1","revision":{revision},"status":"{status}"}}"#);
@@ -54,7 +58,9 @@ fn change(id: &str, revision: u64, status: &str) -> Delivery {
 
 impl Delivery {
     fn sequenced(mut self, key: &str, sequence: u32) -> Self {
-        self.ordering = Some((key.into(), sequence.to_string()));
+        let place = signing::OrderingHeaders { epoch_ms: EPOCH_MS, sequence, key };
+        let signature = signing::ordering_signature_header(&[&secret()], &self.id, NOW_S, &place);
+        self.ordering = Some((key.into(), sequence.to_string(), EPOCH_MS.to_string(), signature));
         self
     }
 
@@ -63,8 +69,10 @@ impl Delivery {
             id: Some(&self.id),
             timestamp: Some(&self.timestamp),
             signature: Some(&self.signature),
-            sequence: self.ordering.as_ref().map(|(_, s)| s.as_str()),
-            ordering_key: self.ordering.as_ref().map(|(k, _)| k.as_str()),
+            sequence: self.ordering.as_ref().map(|(_, s, _, _)| s.as_str()),
+            ordering_key: self.ordering.as_ref().map(|(k, _, _, _)| k.as_str()),
+            ordering_epoch: self.ordering.as_ref().map(|(_, _, e, _)| e.as_str()),
+            ordering_signature: self.ordering.as_ref().map(|(_, _, _, g)| g.as_str()),
             body: self.body.as_bytes(),
         }
     }

@@ -136,6 +136,15 @@ fn lock(claims: &Mutex<Claims>) -> std::sync::MutexGuard<'_, Claims> {
     claims.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The key as the sender or the caller named it, from the store's key:
+/// without its prefix, and without a sequence's epoch.
+fn shown_key(stored: &str) -> &str {
+    match stored.strip_prefix(SEQUENCE_PREFIX) {
+        Some(rest) => rest.split_once(':').map_or(rest, |(_, key)| key),
+        None => stored.strip_prefix(CALLER_PREFIX).unwrap_or(stored),
+    }
+}
+
 /// What the store's entries say about a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Judgement {
@@ -215,7 +224,9 @@ impl<S: Store> Inbox<S> {
             Err(rejection) => return Ok(Verdict::Rejected(rejection)),
         };
         let key_version = match delivery.sequenced {
-            Some(s) => Some(KeyVersion::new(format!("{SEQUENCE_PREFIX}{}", s.key), s.sequence.into())),
+            // Each run of a key is a key of its own here: a new run starts
+            // again at 1 under a later epoch, and is not stale for it.
+            Some(s) => Some(KeyVersion::new(format!("{SEQUENCE_PREFIX}{}:{}", s.epoch_ms, s.key), s.sequence.into())),
             None => match version_of(&delivery) {
                 Some(kv) => match request::check_key(&kv.key) {
                     Ok(()) => Some(KeyVersion::new(format!("{CALLER_PREFIX}{}", kv.key), kv.version)),
@@ -241,7 +252,7 @@ impl<S: Store> Inbox<S> {
             Judgement::Duplicate => Verdict::Duplicate,
             Judgement::Stale { newest } => {
                 let kv = ticket.record.key_version.as_ref().expect("only a keyed delivery is stale");
-                let key = kv.key.split_once(':').map_or(kv.key.as_str(), |(_, key)| key).to_owned();
+                let key = shown_key(&kv.key).to_owned();
                 Verdict::Stale { key, version: kv.version, newest }
             }
         })

@@ -129,7 +129,8 @@ fn the_sequence_headers_win_over_the_callers_version_and_the_two_never_mix() {
     let Verdict::Accepted(ticket) = inbox.begin(&ordered.as_request(), NOW_S, caller).expect("reads") else {
         panic!("expected Accepted");
     };
-    assert_eq!(ticket.record().key_version, Some(KeyVersion::new("s:cus_1", 3)));
+    let stored = format!("s:{}:cus_1", crate::test_support::EPOCH_MS);
+    assert_eq!(ticket.record().key_version, Some(KeyVersion::new(stored, 3)));
     inbox.commit(ticket, NOW_S).expect("commits");
     // The caller's "cus_1" is another key than the sequence's.
     let unordered = signed(&secret(1), "evt_2", NOW_S, b"{}");
@@ -325,4 +326,41 @@ proptest! {
         let live = judge(Some(at_s), None, None, now_s, window_s) == Judgement::Duplicate;
         prop_assert_eq!(live, at_s >= expired_before_s(now_s, window_s));
     }
+}
+
+#[test]
+fn a_new_run_of_a_key_starts_again_at_one_and_is_not_stale() {
+    let inbox = inbox();
+    let old_run = signed(&secret(1), "evt_5", NOW_S, b"{}").ordered_in(1_000, "cus_1", "5");
+    let Verdict::Accepted(ticket) = inbox.begin(&old_run.as_request(), NOW_S, |_| None).expect("reads") else {
+        panic!("expected Accepted");
+    };
+    inbox.commit(ticket, NOW_S).expect("commits");
+    // The sender forgot the key and started it again, later.
+    let new_run = signed(&secret(1), "evt_6", NOW_S, b"{}").ordered_in(90_000, "cus_1", "1");
+    assert!(matches!(inbox.begin(&new_run.as_request(), NOW_S, |_| None).expect("reads"), Verdict::Accepted(_)));
+    // Within the old run, an older sequence is still stale.
+    let late = signed(&secret(1), "evt_4", NOW_S, b"{}").ordered_in(1_000, "cus_1", "4");
+    let verdict = inbox.begin(&late.as_request(), NOW_S, |_| None).expect("reads");
+    assert!(matches!(verdict, Verdict::Stale { ref key, version: 4, newest: 5 } if key == "cus_1"), "{verdict:?}");
+}
+
+#[test]
+fn a_forged_sequence_is_rejected_and_changes_nothing() {
+    let inbox = inbox();
+    let genuine = signed(&secret(1), "evt_5", NOW_S, b"{}").ordered("cus_1", "5");
+    let Verdict::Accepted(ticket) = inbox.begin(&genuine.as_request(), NOW_S, |_| None).expect("reads") else {
+        panic!("expected Accepted");
+    };
+    inbox.commit(ticket, NOW_S).expect("commits");
+    // A replayed, correctly signed request with its sequence raised: the
+    // payload signature holds, the ordering signature does not.
+    let replayed = signed(&secret(1), "evt_9", NOW_S, b"{}").ordered("cus_1", "6");
+    let forged = crate::Request { sequence: Some("4000000000"), ..replayed.as_request() };
+    let verdict = inbox.begin(&forged, NOW_S, |_| None).expect("reads");
+    assert!(matches!(verdict, Verdict::Rejected(Rejection::OrderingSignature(_))), "{verdict:?}");
+    let stored = format!("s:{}:cus_1", crate::test_support::EPOCH_MS);
+    assert_eq!(inbox.store().applied(&stored).expect("reads").map(|a| a.version), Some(5), "the key is untouched");
+    // The next genuine event of the key still goes through.
+    assert!(matches!(inbox.begin(&replayed.as_request(), NOW_S, |_| None).expect("reads"), Verdict::Accepted(_)));
 }
