@@ -245,11 +245,11 @@ pub async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Requ
     let path = request.uri().path();
     let method = request.method().clone();
     let needed = required_scope(&method, path);
-    if is_membership_change(&method, path) && !ctx.tokens.has_admin() {
-        return Problem::forbidden(format!("membership changes need an admin token: {SET_ADMIN_TOKEN}"))
-            .into_response();
-    }
     if !ctx.tokens.any() {
+        if is_membership_change(&method, path) {
+            return Problem::forbidden(format!("membership changes need an admin token: {SET_ADMIN_TOKEN}"))
+                .into_response();
+        }
         return next.run(request).await;
     }
     let sent = request

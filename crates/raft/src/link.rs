@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use hmac::{KeyInit, Mac};
+use hookraft_core::entropy::hex;
 use sha2::Sha256;
 
 use crate::NodeId;
@@ -181,16 +182,6 @@ fn parse_header(text: &str) -> Result<(Stamp, [u8; 32]), LinkError> {
         seq: number(seq).ok_or(LinkError::Malformed)?,
     };
     Ok((stamp, unhex32(mac).ok_or(LinkError::Malformed)?))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
 }
 
 fn unhex32(text: &str) -> Option<[u8; 32]> {
