@@ -43,6 +43,8 @@ pub struct MemDisk {
     inner: Arc<Mutex<MemState>>,
     /// How long each flush takes, in ms (0: at once).
     flush_delay_ms: Arc<AtomicU64>,
+    /// Whether every read of the history store fails (a disk gone bad).
+    history_fails: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for MemDisk {
@@ -126,6 +128,12 @@ impl MemDisk {
         self.flush_delay_ms.store(delay.as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// Makes every later read of the history store fail (`true`), as a
+    /// disk gone bad would, or answer again (`false`).
+    pub fn fail_history_reads(&self, fail: bool) {
+        self.history_fails.store(fail, Ordering::Relaxed);
+    }
+
     /// Writes made since the last flush: what a crash now would lose.
     pub fn unflushed_writes(&self) -> usize {
         self.lock().unflushed_writes()
@@ -193,7 +201,8 @@ impl Disk for MemDisk {
     fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
         let handle = self.handle("store", "state");
         let commit = self.lock().state_store.clone();
-        Ok(Arc::new(MemStateStore::new(commit, move || handle.state().map(drop))))
+        let fails = self.history_fails.clone();
+        Ok(Arc::new(MemStateStore::new(commit, move || handle.state().map(drop), fails)))
     }
 
     fn describe(&self) -> String {

@@ -21,10 +21,12 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use hookraft_core::state::history_store::{Flush, HistoryStore, MemStore};
+use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
+use hookraft_core::state::IdRange;
+use hookraft_core::state::history_store::{FailingStore, Flush, HistoryStore, MemStore, StoreCounts, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
@@ -239,6 +241,66 @@ pub(crate) struct MemCommit {
     stored: Option<StoredState>,
 }
 
+/// A history store whose reads fail while `fails` is set: the in-memory
+/// disk's stand-in for a disk gone bad.
+struct Switched {
+    store: Arc<dyn HistoryStore>,
+    fails: Arc<AtomicBool>,
+    gone: FailingStore,
+}
+
+impl Switched {
+    fn read(&self) -> &dyn HistoryStore {
+        if self.fails.load(Ordering::Relaxed) { &self.gone } else { self.store.as_ref() }
+    }
+}
+
+impl HistoryStore for Switched {
+    fn event(&self, id: &EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read().event(id)
+    }
+
+    fn delivery(&self, id: &DeliveryId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read().delivery(id)
+    }
+
+    fn events(
+        &self,
+        range: IdRange<EventId>,
+        newest: bool,
+        limit: usize,
+    ) -> Result<Vec<(EventId, Vec<u8>)>, StoreError> {
+        self.read().events(range, newest, limit)
+    }
+
+    fn deliveries(
+        &self,
+        range: IdRange<DeliveryId>,
+        newest: bool,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryId, Vec<u8>)>, StoreError> {
+        self.read().deliveries(range, newest, limit)
+    }
+
+    fn dead(
+        &self,
+        endpoint: &EndpointId,
+        range: IdRange<DeliveryId>,
+        newest: bool,
+        limit: usize,
+    ) -> Result<Vec<DeliveryId>, StoreError> {
+        self.read().dead(endpoint, range, newest, limit)
+    }
+
+    fn received(&self, after: Option<(u64, EventId)>, limit: usize) -> Result<Vec<(u64, EventId)>, StoreError> {
+        self.read().received(after, limit)
+    }
+
+    fn counts(&self) -> Result<StoreCounts, StoreError> {
+        self.store.counts()
+    }
+}
+
 /// What starts a [`MemStateStore`]'s export stream.
 const MEM_STREAM_MAGIC: &[u8; 8] = b"hkmemst1";
 
@@ -250,14 +312,17 @@ pub struct MemStateStore {
     commit: Arc<Mutex<MemCommit>>,
     /// Whether this handle still belongs to the disk's current life.
     alive: Box<dyn Fn() -> Result<(), Error> + Send + Sync>,
+    /// Whether the history's reads fail ([`crate::MemDisk::fail_history_reads`]).
+    history_fails: Arc<AtomicBool>,
 }
 
 impl MemStateStore {
     pub(crate) fn new(
         commit: Arc<Mutex<MemCommit>>,
         alive: impl Fn() -> Result<(), Error> + Send + Sync + 'static,
+        history_fails: Arc<AtomicBool>,
     ) -> Self {
-        Self { commit, alive: Box::new(alive) }
+        Self { commit, alive: Box::new(alive), history_fails }
     }
 
     fn last(&self) -> Result<std::sync::MutexGuard<'_, MemCommit>, Error> {
@@ -268,7 +333,9 @@ impl MemStateStore {
 
 impl StateStore for MemStateStore {
     fn history(&self) -> Result<Arc<dyn HistoryStore>, Error> {
-        Ok(self.last()?.history.clone())
+        let store: Arc<dyn HistoryStore> = self.last()?.history.clone();
+        let gone = FailingStore("the in-memory disk's history store fails its reads".into());
+        Ok(Arc::new(Switched { store, fails: self.history_fails.clone(), gone }))
     }
 
     fn load(&self) -> Result<Option<StoredState>, Error> {
@@ -357,9 +424,11 @@ mod tests {
     fn a_store_in_memory_spools_into_a_buffer_and_not_after_a_crash() {
         let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let check = alive.clone();
-        let store = MemStateStore::new(Arc::default(), move || {
-            if check.load(Ordering::Relaxed) { Ok(()) } else { Err(Error::Corrupt("crashed".into())) }
-        });
+        let store = MemStateStore::new(
+            Arc::default(),
+            move || if check.load(Ordering::Relaxed) { Ok(()) } else { Err(Error::Corrupt("crashed".into())) },
+            Arc::default(),
+        );
         assert!(matches!(store.spool().expect("a spool"), Spool::Memory(_)));
         alive.store(false, Ordering::Relaxed);
         assert!(store.spool().is_err(), "a handle of a crashed disk");
