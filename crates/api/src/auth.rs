@@ -239,6 +239,12 @@ pub fn may_see_secrets(caller: Option<&Caller>) -> bool {
     caller.is_none_or(|Caller(c)| c.scope >= Scope::Api)
 }
 
+/// The token of an `Authorization: Bearer <token>` header, trimmed.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).map(str::trim)
+}
+
 /// Lets a `/v1` request through when its bearer token has the scope the
 /// route needs (401 without a known token, 403 with too narrow a one).
 pub async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Request, next: Next) -> Response {
@@ -252,12 +258,7 @@ pub async fn require_token(State(ctx): State<Arc<ApiContext>>, mut request: Requ
         }
         return next.run(request).await;
     }
-    let sent = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
-    let Some(credential) = sent.and_then(|token| ctx.tokens.check(token.trim())) else {
+    let Some(credential) = bearer_token(request.headers()).and_then(|token| ctx.tokens.check(token)) else {
         return Problem::unauthorized().into_response();
     };
     if credential.scope < needed {

@@ -17,8 +17,7 @@
 //!   also closes a keep-alive connection idle that long. A body must arrive
 //!   within [`BODY_READ_TIMEOUT`] of its head: reading it later fails and
 //!   the handler answers 400 ([`body`]). Handlers are never cancelled.
-//! - Each request carries its peer's address as a [`PeerAddr`] and a
-//!   [`ConnectInfo<Peer>`].
+//! - Each request carries its peer's address as a [`PeerAddr`].
 //! - `stop` ends accepting and lets the requests in flight finish; aborting
 //!   [`serve`]'s task ends every connection at once.
 //!
@@ -35,7 +34,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use hookraft_api::routes::inbound::PeerAddr;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -100,10 +98,6 @@ impl Default for Limits {
         }
     }
 }
-
-/// The peer's address of a connection, in each request's extensions.
-#[derive(Debug, Clone, Copy)]
-pub struct Peer(pub SocketAddr);
 
 /// What every connection task shares.
 struct Server {
@@ -245,7 +239,6 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Requests {
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let mut request = request.map(|body| axum::body::Body::new(body::Deadline::new(body, self.body_read_timeout)));
-        request.extensions_mut().insert(ConnectInfo(Peer(self.peer)));
         request.extensions_mut().insert(PeerAddr(self.peer));
         self.app.clone().oneshot(request)
     }

@@ -191,9 +191,7 @@ struct AddNode {
 /// The caller's bearer token, passed on when a follower hands a membership
 /// change to the leader (which checks it again).
 fn bearer(headers: &HeaderMap) -> Option<SecretString> {
-    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
-    let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?;
-    Some(SecretString::new(token.trim()))
+    crate::auth::bearer_token(headers).map(SecretString::new)
 }
 
 fn admin_problem(error: AdminError) -> Problem {

@@ -184,12 +184,14 @@ impl ClusterState {
         self.events.get(&delivery.event_id)?.ordering_key.as_deref()
     }
 
-    /// The epoch of the run `delivery` is numbered in (its key's queue
-    /// holds it while it is not settled, and after, while any delivery of
-    /// the run is held); `None` for an unordered delivery.
-    pub fn ordering_epoch_ms(&self, delivery: &Delivery) -> Option<u64> {
+    /// The key of an ordered delivery and the epoch of the run it is
+    /// numbered in (its key's queue holds it while it is not settled, and
+    /// after, while any delivery of the run is held; 0 without a queue);
+    /// `None` for an unordered delivery.
+    pub fn ordering_place(&self, delivery: &Delivery) -> Option<(&str, u64)> {
         let key = self.ordering_key(delivery)?;
-        self.ordered.get(&(delivery.endpoint_id, key.into())).map(|order| order.epoch_ms())
+        let epoch_ms = self.ordered.get(&(delivery.endpoint_id, key.into())).map_or(0, |order| order.epoch_ms());
+        Some((key, epoch_ms))
     }
 
     /// The keys of `endpoint` blocked by a dead head, with that head and its

@@ -33,9 +33,9 @@ impl EndpointState {
                 return Some(Err(NotSent::Stale(newer)));
             }
             let event = guard.events.get(&delivery.event_id)?;
-            let ordering = guard.ordering_key(delivery).map(|key| OrderingPlace {
+            let ordering = guard.ordering_place(delivery).map(|(key, epoch_ms)| OrderingPlace {
                 key: Box::from(key),
-                epoch_ms: guard.ordering_epoch_ms(delivery).unwrap_or(0),
+                epoch_ms,
                 sequence: delivery.sequence,
             });
             // The type is part of a sealed payload's associated data only.
