@@ -34,6 +34,7 @@
 )]
 
 pub mod api;
+pub mod at_rest;
 pub mod binary;
 pub mod cluster;
 pub mod exposition;

@@ -5,11 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use hookraft_core::command::{Command, NewEvent};
-use hookraft_core::entropy::{Entropy, EntropyRng};
+use hookraft_core::entropy::EntropyRng;
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
-use hookraft_core::payload::{KeyMaterial, Keyring, KeyringFile, Payload};
+use hookraft_core::payload::{Keyring, KeyringFile, Payload};
 use hookraft_raft::rpc;
+use hookraft_tests::at_rest::{Pattern, file_named, files_containing, hex, hmac_sha256, keyring_text, write_keyring};
 use hookraft_tests::link::signed_post;
 use hookraft_tests::{
     ClusterOptions, DEADLINE, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, TestNode,
@@ -20,67 +23,12 @@ use serde_json::{Value, json};
 /// Appears in every payload of these tests, and must appear in no file.
 const MARKER: &str = "4111-1111-1111-1111 Ada Lovelace";
 
-/// Fixed key material (a test needs keys it can write again after a restart).
-struct Pattern(u8);
-
-impl Entropy for Pattern {
-    fn fill(&self, dest: &mut [u8]) {
-        for (i, byte) in dest.iter_mut().enumerate() {
-            *byte = self.0.wrapping_mul(31).wrapping_add(i as u8);
-        }
-    }
-}
-
-/// A keyring's text: `keys` are `(id, seed)`, one key per seed.
-fn keyring_text(active: &str, keys: &[(&str, u8)]) -> String {
-    let keys = keys.iter().map(|(id, seed)| (id.to_string(), KeyMaterial::generate(&Pattern(*seed)))).collect();
-    KeyringFile { active: active.to_string(), keys }.render()
-}
-
-fn write_keyring(path: &Path, active: &str, keys: &[(&str, u8)]) {
-    std::fs::write(path, keyring_text(active, keys)).expect("writes the keyring");
-}
-
 fn with_keyring(path: &Path) -> NodeOptions {
     NodeOptions::default().arg("--keyring").arg(path)
 }
 
 fn payload(n: usize) -> Value {
     json!({"card": MARKER, "n": n})
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("reads the data dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path)
-                && bytes.windows(needle.len()).any(|w| w == needle)
-            {
-                found.push(path);
-            }
-        }
-    }
-    found
-}
-
-fn file_named(dir: &Path, name: &str) -> bool {
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("reads the data dir").flatten() {
-            if entry.file_name() == name {
-                return true;
-            }
-            if entry.path().is_dir() {
-                pending.push(entry.path());
-            }
-        }
-    }
-    false
 }
 
 async fn metrics(node: &TestNode) -> String {
@@ -124,18 +72,8 @@ async fn a_payload_is_nowhere_on_disk_after_a_snapshot_and_a_restart_yet_is_deli
     }
     // The delivered events are history: a snapshot past their deliveries
     // writes them to the history store on disk, the state beside them.
-    let gauge = async |name: &str| {
-        let Ok(response) = node.client().get(node.url("/metrics")).send().await else { return 0.0 };
-        let text = response.text().await.unwrap_or_default();
-        let parsed = hookraft_tests::exposition::parse(&text, hookraft_tests::exposition::Format::Prometheus);
-        parsed.ok().and_then(|e| e.value(name, &[])).unwrap_or(0.0)
-    };
-    let delivered_at = gauge("hookraft_raft_applied_index").await;
-    assert!(gauge("hookraft_history_bytes").await > 0.0, "the delivered events are history");
-    eventually(DEADLINE, POLL_INTERVAL, "a snapshot of the delivered events on disk", async || {
-        gauge("hookraft_snapshot_index").await >= delivered_at
-    })
-    .await;
+    assert!(gauge(&node, "hookraft_history_bytes").await > 0.0, "the delivered events are history");
+    snapshot_of_all_applied(&node).await;
     assert!(file_named(&node.data_dir(), "hookraft-history.redb"), "the history store is on disk");
     assert_eq!(files_containing(&node.data_dir(), MARKER.as_bytes()), Vec::<PathBuf>::new());
 
@@ -155,6 +93,126 @@ async fn a_payload_is_nowhere_on_disk_after_a_snapshot_and_a_restart_yet_is_deli
     assert_eq!(keys["active_key_id"], "k1");
     assert_eq!(keys["key_ids"], json!(["k1"]));
     assert!(!keys.to_string().contains(&key) && !node.log_tail(10_000).contains(&key));
+}
+
+async fn gauge(node: &TestNode, name: &str) -> f64 {
+    let Ok(response) = node.client().get(node.url("/metrics")).send().await else { return 0.0 };
+    let text = response.text().await.unwrap_or_default();
+    let parsed = hookraft_tests::exposition::parse(&text, hookraft_tests::exposition::Format::Prometheus);
+    parsed.ok().and_then(|e| e.value(name, &[])).unwrap_or(0.0)
+}
+
+/// Waits for a snapshot that holds everything applied so far.
+async fn snapshot_of_all_applied(node: &TestNode) {
+    let applied = gauge(node, "hookraft_raft_applied_index").await;
+    eventually(DEADLINE, POLL_INTERVAL, "a snapshot of everything applied on disk", async || {
+        gauge(node, "hookraft_snapshot_index").await >= applied
+    })
+    .await;
+}
+
+/// An endpoint's signing keys and a provider's secret, as the API is given them.
+const ENDPOINT_KEY: &[u8; 32] = b"endpoint signing key, 32 bytes!!";
+const ROTATED_KEY: &[u8; 32] = b"the rotated endpoint key, 32 b!!";
+const PROVIDER_SECRET: &str = "provider secret that stays sealed";
+
+fn whsec(key: &[u8]) -> String {
+    format!("whsec_{}", BASE64.encode(key))
+}
+
+/// Posts a GitHub-signed request to `source`'s ingress.
+async fn github_post(node: &TestNode, source: &str, delivery: &str) -> (StatusCode, Value) {
+    let body = json!({"action": "opened", "n": delivery}).to_string();
+    let signature = format!("sha256={}", hex(&hmac_sha256(PROVIDER_SECRET.as_bytes(), &[body.as_bytes()])));
+    let request = node.client().post(node.url(&format!("/in/{source}"))).header("content-type", "application/json");
+    let request = request
+        .header("x-hub-signature-256", signature)
+        .header("x-github-delivery", delivery)
+        .header("x-github-event", "pull_request");
+    let (status, _, answer) = node.send(request.body(body)).await;
+    (status, answer)
+}
+
+/// Files under the node's data directory that hold any of the test's secrets.
+fn secrets_on_disk(node: &TestNode) -> Vec<PathBuf> {
+    let texts = [whsec(ENDPOINT_KEY), whsec(ROTATED_KEY)];
+    let needles =
+        [&ENDPOINT_KEY[..], &ROTATED_KEY[..], PROVIDER_SECRET.as_bytes(), texts[0].as_bytes(), texts[1].as_bytes()];
+    needles.iter().flat_map(|needle| files_containing(&node.data_dir(), needle)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_and_provider_secrets_are_sealed_on_disk_and_a_node_missing_their_key_holds_back() {
+    let keys = tempfile::tempdir().unwrap();
+    let keyring = keys.path().join("keyring");
+    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let mut node = TestNode::start_with(with_keyring(&keyring).arg("--snapshot-every").arg("20")).await;
+    let body = json!({"url": receiver.url("hook"), "secret": whsec(ENDPOINT_KEY)});
+    let (endpoint_id, shown) = register_endpoint(&node, &body).await;
+    assert_eq!(shown, whsec(ENDPOINT_KEY), "the secret given is the secret shown");
+    let rotate = json!({"secret": whsec(ROTATED_KEY), "grace_period_s": 3600});
+    let (status, _, rotated) = node.post_json(&format!("/v1/endpoints/{endpoint_id}/rotate-secret"), &rotate).await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    let (status, _, source) =
+        node.post_json("/v1/sources", &json!({"scheme": "github", "secret": PROVIDER_SECRET})).await;
+    assert_eq!(status, StatusCode::CREATED, "{source}");
+    let source = source["id"].as_str().expect("an id").to_string();
+
+    // Both secrets sign during the grace period, opened from their seals.
+    post_and_deliver(&node, &endpoint_id, 30).await;
+    for request in receiver.requests("hook") {
+        verify_request(&request, &[&whsec(ROTATED_KEY)]).expect("signed with the current secret");
+        verify_request(&request, &[&whsec(ENDPOINT_KEY)]).expect("and with the retired one");
+    }
+    assert_eq!(github_post(&node, &source, "gh-1").await.0, StatusCode::OK, "the provider's secret opens");
+
+    // Nowhere on disk, in the log or a snapshot, nor after a restart.
+    snapshot_of_all_applied(&node).await;
+    assert_eq!(secrets_on_disk(&node), Vec::<PathBuf>::new());
+    node.restart().await;
+    assert_eq!(secrets_on_disk(&node), Vec::<PathBuf>::new());
+    assert_eq!(github_post(&node, &source, "gh-2").await.0, StatusCode::OK);
+    let (_, _, read) = node.get_json(&format!("/v1/endpoints/{endpoint_id}")).await;
+    assert_eq!(read["secret"], whsec(ROTATED_KEY).as_str(), "{read}");
+
+    // Back without k1, the key they are sealed under: nothing is sent or
+    // accepted, nothing is lost, and the node names the key.
+    write_keyring(&keyring, "k2", &[("k2", 2)]);
+    node.restart().await;
+    let (_, _, read) = node.get_json(&format!("/v1/endpoints/{endpoint_id}")).await;
+    assert!(read.get("secret").is_none(), "not shown when it cannot be opened: {read}");
+    let (status, problem) = github_post(&node, &source, "gh-3").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "the provider sends again later: {problem}");
+    assert!(
+        problem["detail"].as_str().is_some_and(|d| d.contains("key k1 is not in this node's keyring")),
+        "{problem}"
+    );
+    let before = receiver.count("hook");
+    let accepted = send_event(&node, &json!({"type": "card.charged", "payload": payload(99)})).await;
+    let delivery_id = accepted.delivery_for(&endpoint_id);
+    wait_for(Duration::from_secs(90), POLL_INTERVAL, "an attempt held back for the secret's key", async || {
+        let delivery = get_delivery(&node, &delivery_id).await;
+        let held = delivery["timeline"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["error"].as_str().is_some_and(|e| e.contains("key k1 is not in this node's keyring")));
+        if held { Ok(()) } else { Err(format!("{delivery:#}")) }
+    })
+    .await;
+    assert_eq!(receiver.count("hook"), before, "nothing was sent unsigned or signed wrongly");
+    let (_, _, ready) = node.get_json("/readyz").await;
+    assert!(ready.as_str().is_some_and(|r| r.contains("key k1 is not in this node's keyring")), "{ready}");
+
+    // k1 back beside k2: delivered, signed as before.
+    write_keyring(&keyring, "k2", &[("k1", 1), ("k2", 2)]);
+    node.restart().await;
+    wait_delivery_state(&node, &delivery_id, "delivered", Duration::from_secs(90)).await;
+    let last = receiver.requests_for_event("hook", &accepted.event_id);
+    verify_request(last.last().expect("sent"), &[&whsec(ROTATED_KEY)]).expect("signed");
+    assert_eq!(github_post(&node, &source, "gh-3").await.0, StatusCode::OK, "the provider's retry is taken");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,10 +245,11 @@ async fn without_a_keyring_payloads_are_stored_in_clear_and_the_node_says_so() {
     let receiver = ScriptedReceiver::start().await;
     receiver.set_default("hook", Reply::ok());
     let node = TestNode::start().await;
-    let (endpoint_id, _) = register_endpoint(&node, &json!({"url": receiver.url("hook")})).await;
+    let body = json!({"url": receiver.url("hook"), "secret": whsec(ENDPOINT_KEY)});
+    let (endpoint_id, _) = register_endpoint(&node, &body).await;
     let events = post_and_deliver(&node, &endpoint_id, 3).await;
-    eventually(DEADLINE, POLL_INTERVAL, "the payload in the log", async || {
-        !files_containing(&node.data_dir(), MARKER.as_bytes()).is_empty()
+    eventually(DEADLINE, POLL_INTERVAL, "the payload and the signing key in the log", async || {
+        !files_containing(&node.data_dir(), MARKER.as_bytes()).is_empty() && !secrets_on_disk(&node).is_empty()
     })
     .await;
     let (_, _, event) = node.get_json(&format!("/v1/events/{}", events[0])).await;
@@ -355,8 +414,9 @@ async fn a_rotation_and_rewrap_across_three_nodes_keep_every_payload_deliverable
     let options = ClusterOptions { node: with_keyring(&keyring), ..ClusterOptions::default() };
     let mut cluster = TestCluster::start_with(options).await;
     let patient = json!({"attempts_max": 100, "base_ms": 100, "cap_ms": 500, "max_age_s": 3600});
-    register_endpoint(cluster.node(1), &json!({"url": receiver.url("fast")})).await;
-    register_endpoint(cluster.node(1), &json!({"url": receiver.url("late"), "retry": patient})).await;
+    let (_, fast_secret) = register_endpoint(cluster.node(1), &json!({"url": receiver.url("fast")})).await;
+    let (_, late_secret) =
+        register_endpoint(cluster.node(1), &json!({"url": receiver.url("late"), "retry": patient})).await;
 
     // Before the rotation: through every node, to both endpoints; `late`
     // keeps failing, so its deliveries are pending across the rotation.
@@ -403,10 +463,13 @@ async fn a_rotation_and_rewrap_across_three_nodes_keep_every_payload_deliverable
     assert_eq!(report["rewrapped"], 12, "the twelve k1 payloads: {report}");
     assert_eq!(report["failed"], 0, "{report}");
     assert_eq!(report["next_after"], Value::Null, "{report}");
+    let secrets = &report["secrets"];
+    assert_eq!((secrets["rewrapped"].clone(), secrets["failed"].clone()), (json!(2), json!(0)), "{report}");
     // Every replica agrees, once it has applied the rewrap's entries.
-    wait_for(DEADLINE, POLL_INTERVAL, "node 3 to count every payload under k2", async || {
+    wait_for(DEADLINE, POLL_INTERVAL, "node 3 to count every payload and secret under k2", async || {
         let (_, _, counts) = cluster.node(3).post_json("/v1/cluster/payloads/rewrap", &json!({"dry_run": true})).await;
-        if counts["by_key"] == json!({"k2": 24}) { Ok(()) } else { Err(counts.to_string()) }
+        let all_k2 = counts["by_key"] == json!({"k2": 24}) && counts["secrets"]["by_key"] == json!({"k2": 2});
+        if all_k2 { Ok(()) } else { Err(counts.to_string()) }
     })
     .await;
     let first = sent[0].2[0].clone();
@@ -431,5 +494,14 @@ async fn a_rotation_and_rewrap_across_three_nodes_keep_every_payload_deliverable
             assert_eq!(read["payload"], *body, "node {id}, event {event}: {read}");
             assert_eq!(read["key_id"], "k2");
         }
+    }
+    // The endpoints' secrets opened under k2 too: a new event is signed as before.
+    let accepted = send_event(cluster.node(2), &json!({"type": "card.charged", "payload": payload(24)})).await;
+    for delivery in accepted.delivery_ids() {
+        wait_delivery_state(cluster.node(2), &delivery, "delivered", DEADLINE).await;
+    }
+    for (name, secret) in [("fast", &fast_secret), ("late", &late_secret)] {
+        let got = receiver.requests_for_event(name, &accepted.event_id);
+        verify_request(got.last().expect("sent"), &[secret]).expect("signed with the endpoint's secret");
     }
 }

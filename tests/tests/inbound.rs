@@ -6,25 +6,12 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use hmac::{Hmac, KeyInit, Mac};
+use hookraft_tests::at_rest::{hex, hmac_sha256 as mac};
 use hookraft_tests::{
     DEADLINE, NodeOptions, ScriptedReceiver, StatusCode, TestNode, assert_problem, list_deliveries, register_endpoint,
     unix_now_s, wait_delivery_state,
 };
 use serde_json::{Value, json};
-use sha2::Sha256;
-
-fn mac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn stripe_signature(secret: &str, t: u64, body: &str) -> String {
     format!("t={t},v1={}", hex(&mac(secret.as_bytes(), &[t.to_string().as_bytes(), b".", body.as_bytes()])))

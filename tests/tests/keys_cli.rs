@@ -102,6 +102,7 @@ async fn a_key_generated_and_activated_by_the_cli_reseals_every_payload_after_a_
     assert!(dry.status.success(), "{text}{}", String::from_utf8_lossy(&dry.stderr));
     assert!(text.contains(&format!("examined:   {EVENTS}\nrewrapped:  0\n")), "a dry run changes nothing: {text}");
     assert!(text.contains(&format!("  k1  {EVENTS}\n")), "{text}");
+    assert!(text.contains("secrets by key:\n  k1  1\n"), "the endpoint's signing secret: {text}");
     for (key, _) in stored(&node, &events).await {
         assert_eq!(key, "k1", "still under k1 after a dry run");
     }
@@ -110,11 +111,13 @@ async fn a_key_generated_and_activated_by_the_cli_reseals_every_payload_after_a_
     let text = String::from_utf8_lossy(&done.stdout);
     assert!(done.status.success(), "{text}{}", String::from_utf8_lossy(&done.stderr));
     assert!(text.contains(&format!("rewrapped:  {EVENTS}\n")) && text.contains("failed:     0\n"), "{text}");
+    assert!(text.contains("secrets:    1 examined, 1 rewrapped, 0 skipped, 0 failed\n"), "{text}");
 
     let check = rewrap(&node, &["--dry-run"]).await;
     let text = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{text}");
     assert!(text.contains(&format!("payloads by key:\n  k2  {EVENTS}  (active)\n")), "all under k2: {text}");
+    assert!(text.contains("secrets by key:\n  k2  1  (active)\n"), "{text}");
     for ((key, payload), (_, sent)) in stored(&node, &events).await.into_iter().zip(&events) {
         assert_eq!(key, "k2", "resealed under the new active key");
         assert_eq!(&payload, sent, "the payload opens to what was sent");
@@ -134,7 +137,9 @@ async fn a_key_generated_and_activated_by_the_cli_reseals_every_payload_after_a_
     for (id, _) in &events {
         assert!(text.contains(&format!("  {id}: key k2 is not in this node's keyring")), "{id} listed: {text}");
     }
-    assert!(errors.contains(&format!("{EVENTS} payloads could not be opened")), "{errors}");
+    assert!(text.contains("secrets:    1 examined, 0 rewrapped, 0 skipped, 1 failed\n"), "{text}");
+    let failed = EVENTS + 1;
+    assert!(errors.contains(&format!("{failed} payloads or secrets could not be opened")), "{errors}");
     let missing = status(&node).await;
     assert_eq!(missing["key_ids"], json!(["k3"]), "{missing}");
 }

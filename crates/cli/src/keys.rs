@@ -121,11 +121,11 @@ pub async fn run(args: KeysArgs) -> anyhow::Result<()> {
             let client = AdminClient::new(&target, rewrap::REWRAP_TIMEOUT_MS)?;
             let totals = rewrap::rewrap(&client, &target.node, dry_run).await?;
             print!("{}", rewrap::render(&totals));
-            if totals.failed > 0 {
+            if totals.failed() > 0 {
                 bail!(
-                    "{} payloads could not be opened: give the node the keys they name (`hookraft keys status` \
-                     lists the missing ones), restart it and run the rewrap again",
-                    totals.failed
+                    "{} payloads or secrets could not be opened: give the node the keys they name (`hookraft keys \
+                     status` lists the missing ones), restart it and run the rewrap again",
+                    totals.failed()
                 );
             }
         }

@@ -10,11 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId, Shard, SourceId};
-use crate::inbound::{Cidr, Locator, ProviderSecret, Source};
+use crate::inbound::{Cidr, Locator, Source};
 use crate::model::{AttemptRecord, Endpoint, Ordering};
-use crate::payload::Payload;
+use crate::payload::{Payload, SecretOwner, StoredSecret};
 use crate::retry::{Decision, RetryPolicy};
-use crate::signing::Secret;
 
 /// A replicated state change. Append-only: see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,7 +32,7 @@ pub enum Command {
     },
     RotateSecret {
         id: EndpointId,
-        secret: Secret,
+        secret: StoredSecret,
         grace_until_ms: u64,
         now_ms: u64,
     },
@@ -113,6 +112,14 @@ pub enum Command {
         now_ms: u64,
         payloads: Vec<RewrappedPayload>,
     },
+    /// Endpoint signing secrets and provider secrets sealed again under
+    /// the proposer's active key, the same way: each replaces its slot
+    /// only if the slot still holds what the proposer read (`from`), and
+    /// only with a sealed secret. At most [`REWRAP_BATCH_MAX`] per entry.
+    RewrapSecrets {
+        now_ms: u64,
+        secrets: Vec<RewrappedSecret>,
+    },
     /// Changes whether (and how) an endpoint delivers each key's events in
     /// order. Turning it off forgets the endpoint's keys; a later turn on
     /// numbers keys from 1 again.
@@ -145,7 +152,7 @@ pub enum Command {
     },
     RotateSourceSecret {
         id: SourceId,
-        secret: ProviderSecret,
+        secret: StoredSecret,
         grace_until_ms: u64,
         now_ms: u64,
     },
@@ -190,6 +197,39 @@ pub struct RewrappedPayload {
     /// The key the payload was under when read; `None`: it was in clear.
     pub from_key_id: Option<String>,
     pub payload: Payload,
+}
+
+/// Where a stored secret is: its owner, and which of its secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SecretSlot {
+    /// `retired: None` is the current secret; `Some(i)` the `i`th retired one.
+    Endpoint {
+        id: EndpointId,
+        retired: Option<u32>,
+    },
+    Source {
+        id: SourceId,
+        retired: Option<u32>,
+    },
+}
+
+impl SecretSlot {
+    /// `f` of the owner the slot's secret is sealed for.
+    pub fn with_owner<T>(&self, f: impl FnOnce(SecretOwner<'_>) -> T) -> T {
+        match self {
+            SecretSlot::Endpoint { id, .. } => f(SecretOwner::Endpoint(&id.as_str())),
+            SecretSlot::Source { id, .. } => f(SecretOwner::Source(&id.as_str())),
+        }
+    }
+}
+
+/// One secret of a [`Command::RewrapSecrets`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewrappedSecret {
+    pub slot: SecretSlot,
+    /// The secret as the proposer read it.
+    pub from: StoredSecret,
+    pub secret: StoredSecret,
 }
 
 /// Changes to an endpoint; `None` leaves a setting as it is.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::breaker::CircuitBreaker;
 use crate::ids::{DeliveryId, EndpointId, EventId, NodeId};
 use crate::ordering::OnDead;
-use crate::payload::Payload;
+use crate::payload::{Keyring, OpenError, Payload, SecretOwner, StoredSecret};
 use crate::retry::RetryPolicy;
 use crate::signing::Secret;
 
@@ -50,8 +50,9 @@ pub struct Endpoint {
     pub id: EndpointId,
     pub url: String,
     pub description: Option<String>,
-    /// The current signing secret.
-    pub secret: Secret,
+    /// The current signing secret: sealed under the keyring's active key
+    /// when the node that made it had a keyring.
+    pub secret: StoredSecret,
     /// Secrets replaced by a rotation, still signing until their expiry.
     pub previous_secrets: Vec<RetiredSecret>,
     /// `None` subscribes to every event type.
@@ -102,10 +103,32 @@ impl Ordering {
     }
 }
 
+/// An endpoint's signing secrets, opened ([`Endpoint::open_secrets`]).
+#[derive(Debug, Clone)]
+pub struct SigningSecrets {
+    current: Secret,
+    /// Retired secrets and when each stops signing.
+    retired: Vec<(Secret, u64)>,
+}
+
+impl SigningSecrets {
+    /// The secrets that sign a request sent at `now_ms`: current first.
+    pub fn at(&self, now_ms: u64) -> Vec<&Secret> {
+        std::iter::once(&self.current)
+            .chain(self.retired.iter().filter(|(_, expires_at_ms)| *expires_at_ms > now_ms).map(|(secret, _)| secret))
+            .collect()
+    }
+
+    /// The current secret.
+    pub fn current(&self) -> &Secret {
+        &self.current
+    }
+}
+
 /// A secret that stopped being current at a rotation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetiredSecret {
-    pub secret: Secret,
+    pub secret: StoredSecret,
     pub expires_at_ms: u64,
 }
 
@@ -113,7 +136,7 @@ impl Endpoint {
     /// A new, enabled endpoint with every setting at its default: every
     /// event type, [`MAX_IN_FLIGHT_DEFAULT`], [`TIMEOUT_MS_DEFAULT`], the
     /// default retry policy, no rate limit, a closed breaker.
-    pub fn new(id: EndpointId, url: String, secret: Secret, now_ms: u64) -> Self {
+    pub fn new(id: EndpointId, url: String, secret: StoredSecret, now_ms: u64) -> Self {
         Self {
             id,
             url,
@@ -137,11 +160,20 @@ impl Endpoint {
         }
     }
 
-    /// The secrets that sign a request sent at `now_ms`: current first.
-    pub fn signing_secrets(&self, now_ms: u64) -> Vec<&Secret> {
-        std::iter::once(&self.secret)
-            .chain(self.previous_secrets.iter().filter(|old| old.expires_at_ms > now_ms).map(|old| &old.secret))
-            .collect()
+    /// Its signing secrets, opened with `keyring`: the current one and the
+    /// retired ones not yet expired at `now_ms`.
+    pub fn open_secrets(&self, keyring: Option<&Keyring>, now_ms: u64) -> Result<SigningSecrets, OpenError> {
+        let id = self.id.as_str();
+        let open = |stored: &StoredSecret| {
+            let key = stored.open(keyring, SecretOwner::Endpoint(&id))?;
+            Secret::from_key(key.as_bytes().to_vec())
+                .map_err(|_| OpenError::Tampered(stored.key_id().unwrap_or("clear").to_string()))
+        };
+        let mut retired = Vec::with_capacity(self.previous_secrets.len());
+        for old in self.previous_secrets.iter().filter(|old| old.expires_at_ms > now_ms) {
+            retired.push((open(&old.secret)?, old.expires_at_ms));
+        }
+        Ok(SigningSecrets { current: open(&self.secret)?, retired })
     }
 
     /// Whether an event of `event_type` fans out to this endpoint.

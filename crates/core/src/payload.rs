@@ -218,13 +218,18 @@ impl Visitor<'_> for PayloadVisitor {
     }
 }
 
-/// The associated data of a sealed payload: its layout, key id, event id
-/// and event type, each length-prefixed.
-fn associated_data(key_id: &str, event_id: &str, event_type: &str) -> Vec<u8> {
-    let mut ad = Vec::with_capacity(16 + key_id.len() + event_id.len() + event_type.len());
-    ad.extend_from_slice(b"hookraft-payload");
+/// The domain of a sealed payload's associated data.
+const PAYLOAD_DOMAIN: &[u8] = b"hookraft-payload";
+
+/// The associated data of a sealed value: its domain (payload or secret),
+/// the layout, then the key id and the two names that bind it to its
+/// place (an event's id and type, a secret's owner kind and id), each
+/// length-prefixed.
+fn associated_data(domain: &[u8], key_id: &str, first: &str, second: &str) -> Vec<u8> {
+    let mut ad = Vec::with_capacity(domain.len() + 13 + key_id.len() + first.len() + second.len());
+    ad.extend_from_slice(domain);
     ad.push(SEALED_V1);
-    for part in [key_id, event_id, event_type] {
+    for part in [key_id, first, second] {
         ad.extend_from_slice(&(part.len() as u32).to_be_bytes());
         ad.extend_from_slice(part.as_bytes());
     }
@@ -466,7 +471,7 @@ impl Keyring {
         let mut bytes: Arc<[u8]> = parts.iter().flat_map(|part| part.iter().copied()).collect();
         let buffer = Arc::get_mut(&mut bytes).expect("just made, so not shared");
         let (body, tag_slot) = buffer[header..].split_at_mut(plaintext.len());
-        let ad = associated_data(key_id, event_id, event_type);
+        let ad = associated_data(PAYLOAD_DOMAIN, key_id, event_id, event_type);
         let tag = cipher
             .encrypt_inout_detached(&XNonce::from(nonce), &ad, body.into())
             .expect("a payload is far below XChaCha20's length limit");
@@ -499,13 +504,16 @@ pub fn open(
     let (ciphertext, tag) = sealed.body.split_at(sealed.body.len() - TAG_BYTES);
     let nonce = XNonce::try_from(sealed.nonce).map_err(|_| OpenError::Tampered(key_id.into()))?;
     let tag = Tag::try_from(tag).map_err(|_| OpenError::Tampered(key_id.into()))?;
-    let ad = associated_data(key_id, event_id, event_type);
+    let ad = associated_data(PAYLOAD_DOMAIN, key_id, event_id, event_type);
     // Decrypted in place, in the allocation the request body shares.
     let mut plain: Arc<[u8]> = Arc::from(ciphertext);
     let buffer = Arc::get_mut(&mut plain).expect("just made, so not shared");
     cipher.decrypt_inout_detached(&nonce, &ad, buffer.into(), &tag).map_err(|_| OpenError::Tampered(key_id.into()))?;
     Ok(plain)
 }
+
+mod secret;
+pub use secret::{OpenedKey, SecretOwner, StoredSecret};
 
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use rand_core::Rng;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::Sha256;
+use zeroize::Zeroize;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -109,8 +110,8 @@ impl Secret {
         Self::from_key(key)
     }
 
-    /// The raw key.
-    pub(crate) fn key_bytes(&self) -> &[u8] {
+    /// The raw key (what is stored, sealed or not).
+    pub fn key_bytes(&self) -> &[u8] {
         &self.key
     }
 
@@ -142,6 +143,12 @@ impl Secret {
         mac.update(format!("{msg_id}.{timestamp}.{epoch_ms}.{sequence}.").as_bytes());
         mac.update(key.as_bytes());
         mac
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        self.key.zeroize();
     }
 }
 

@@ -47,7 +47,8 @@ fn bench_attempt(c: &mut Criterion) {
     let transport = HttpTransport::new(true).expect("client builds");
     let mut rng = StdRng::seed_from_u64(7);
     let id = EndpointId::generate(NOW_MS, &mut rng);
-    let endpoint = Endpoint::new(id, url.clone(), Secret::generate(&mut rng), NOW_MS);
+    let secret = Secret::generate(&mut rng);
+    let endpoint = Endpoint::new(id, url.clone(), (&secret).into(), NOW_MS);
     let target = Target::new(&url);
     let event_id = EventId::generate(NOW_MS, &mut rng);
 
@@ -64,7 +65,8 @@ fn bench_attempt(c: &mut Criterion) {
         };
         group.bench_function(name, |b| {
             b.iter(|| {
-                let request = build_request(&endpoint, target.clone(), &plan, NOW_MS, SendOrigin::default());
+                let request =
+                    build_request(&endpoint, &[&secret], target.clone(), &plan, NOW_MS, SendOrigin::default());
                 let answer = runtime.block_on(transport.send(request)).expect("the receiver answers");
                 assert_eq!(answer.status, 200);
             })

@@ -7,7 +7,7 @@ use std::time::Duration;
 use hookraft_core::ids::{DeliveryId, EventId, NodeId};
 use hookraft_core::model::{AttemptRecord, Endpoint, RESPONSE_EXCERPT_BYTES_MAX};
 use hookraft_core::retry::{AttemptResult, parse_retry_after};
-use hookraft_core::signing::{OrderingHeaders, ordering_signature_header, signature_header};
+use hookraft_core::signing::{OrderingHeaders, Secret, ordering_signature_header, signature_header};
 
 use crate::transport::{SendError, SendOrigin, Target, WebhookRequest, WebhookResponse};
 
@@ -36,18 +36,19 @@ pub struct OrderingPlace {
 }
 
 /// Builds the signed request for `plan` to `target` (the endpoint's URL,
-/// parsed) at wall time `now_ms`, signed with every secret valid at that
-/// time (current first).
+/// parsed) at wall time `now_ms`, signed with `secrets`, the endpoint's
+/// secrets valid at that time (current first,
+/// `hookraft_core::model::SigningSecrets::at`).
 pub fn build_request(
     endpoint: &Endpoint,
+    secrets: &[&Secret],
     target: Target,
     plan: &AttemptPlan,
     now_ms: u64,
     origin: SendOrigin,
 ) -> WebhookRequest {
     let timestamp_s = now_ms / 1_000;
-    let secrets = endpoint.signing_secrets(now_ms);
-    let signature = signature_header(&secrets, &plan.event_id.as_str(), timestamp_s, &plan.payload);
+    let signature = signature_header(secrets, &plan.event_id.as_str(), timestamp_s, &plan.payload);
     WebhookRequest {
         url: target,
         headers: {
@@ -67,7 +68,7 @@ pub fn build_request(
                 headers.push(("webhook-ordering-epoch", place.epoch_ms.to_string()));
                 headers.push((
                     "webhook-ordering-signature",
-                    ordering_signature_header(&secrets, &id, timestamp_s, &signed),
+                    ordering_signature_header(secrets, &id, timestamp_s, &signed),
                 ));
             }
             headers
@@ -141,21 +142,28 @@ mod tests {
     use super::*;
     use hookraft_core::ids::EndpointId;
     use hookraft_core::model::RetiredSecret;
-    use hookraft_core::signing::{Secret, verify};
+    use hookraft_core::signing::verify;
     use rand::SeedableRng;
 
     fn endpoint(now_ms: u64) -> Endpoint {
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
         let id = EndpointId::generate(now_ms, &mut rng);
-        let secret = Secret::from_key(vec![1; 32]).unwrap();
         Endpoint {
-            previous_secrets: vec![RetiredSecret {
-                secret: Secret::from_key(vec![2; 32]).unwrap(),
-                expires_at_ms: now_ms + 1,
-            }],
+            previous_secrets: vec![RetiredSecret { secret: (&secrets()[1]).into(), expires_at_ms: now_ms + 1 }],
             timeout_ms: 1_500,
-            ..Endpoint::new(id, "https://example.com/h".into(), secret, now_ms)
+            ..Endpoint::new(id, "https://example.com/h".into(), (&secrets()[0]).into(), now_ms)
         }
+    }
+
+    /// The endpoint's current and retired secret.
+    fn secrets() -> [Secret; 2] {
+        [Secret::from_key(vec![1; 32]).unwrap(), Secret::from_key(vec![2; 32]).unwrap()]
+    }
+
+    /// The request `endpoint` sends at `now_ms`, its secrets stored in clear.
+    fn request_at(endpoint: &Endpoint, plan: &AttemptPlan, now_ms: u64) -> WebhookRequest {
+        let opened = endpoint.open_secrets(None, now_ms).expect("clear secrets open");
+        build_request(endpoint, &opened.at(now_ms), Target::new(&endpoint.url), plan, now_ms, SendOrigin::default())
     }
 
     #[test]
@@ -171,8 +179,7 @@ mod tests {
             attempt_number: 3,
             ordering: None,
         };
-        let target = Target::new(&endpoint.url);
-        let request = build_request(&endpoint, target.clone(), &plan, now_ms, SendOrigin::default());
+        let request = request_at(&endpoint, &plan, now_ms);
         assert_eq!(request.url.as_str(), endpoint.url);
         let header = |name: &str| request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap();
         assert_eq!(header("webhook-id"), event_id.to_string());
@@ -180,7 +187,7 @@ mod tests {
         assert_eq!(request.timeout, Duration::from_millis(1_500));
         let signature = header("webhook-signature");
         assert_eq!(signature.split(' ').count(), 2);
-        for secret in [&endpoint.secret, &endpoint.previous_secrets[0].secret] {
+        for secret in &secrets() {
             verify(
                 &[secret],
                 &header("webhook-id"),
@@ -192,7 +199,7 @@ mod tests {
             .unwrap();
         }
         // After the grace period only the current secret signs.
-        let later = build_request(&endpoint, target, &plan, now_ms + 1, SendOrigin::default());
+        let later = request_at(&endpoint, &plan, now_ms + 1);
         let later_sig = later.headers.iter().find(|(k, _)| *k == "webhook-signature").unwrap();
         assert_eq!(later_sig.1.split(' ').count(), 1);
     }
@@ -211,7 +218,7 @@ mod tests {
             attempt_number: 1,
             ordering: Some(place),
         };
-        let request = build_request(&endpoint, Target::new(&endpoint.url), &plan, now_ms, SendOrigin::default());
+        let request = request_at(&endpoint, &plan, now_ms);
         let header = |name: &str| request.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap();
         assert_eq!(
             (header("webhook-sequence"), header("webhook-ordering-key"), header("webhook-ordering-epoch")),
@@ -220,7 +227,7 @@ mod tests {
         let signed = OrderingHeaders { epoch_ms: 1_699_000_000_000, sequence: 7, key: "cus_1" };
         let signature = header("webhook-ordering-signature");
         assert_eq!(signature.split(' ').count(), 2, "one entry per secret during the rotation");
-        for secret in [&endpoint.secret, &endpoint.previous_secrets[0].secret] {
+        for secret in &secrets() {
             let checked = hookraft_core::signing::verify_ordering(
                 &[secret],
                 &event_id.as_str(),

@@ -19,7 +19,8 @@ use hookraft_core::breaker::{Admission, CircuitBreaker, Transition};
 use hookraft_core::command::Outcome;
 use hookraft_core::dense::DenseSet;
 use hookraft_core::ids::{DeliveryId, EndpointId, Shard};
-use hookraft_core::model::Endpoint;
+use hookraft_core::model::{Endpoint, SigningSecrets};
+use hookraft_core::payload::OpenError;
 use hookraft_core::ratelimit::TokenBucket;
 use hookraft_core::retry::{AttemptResult, Decision, decide, defer};
 use hookraft_core::state::ClusterState;
@@ -94,6 +95,9 @@ pub struct EndpointState {
     /// `endpoint`'s URL, parsed when the settings are loaded (not on every
     /// attempt).
     target: Option<Target>,
+    /// `endpoint`'s signing secrets, opened when the settings are loaded;
+    /// an error (a key this node lacks) holds every attempt back.
+    secrets: Option<Result<Arc<SigningSecrets>, OpenError>>,
     queue: DeliveryQueue,
     in_flight: BTreeMap<DeliveryId, InFlight>,
     breaker: CircuitBreaker,
@@ -121,6 +125,7 @@ impl Actor for EndpointActor {
         let mut state = EndpointState {
             endpoint: None,
             target: None,
+            secrets: None,
             queue: DeliveryQueue::default(),
             in_flight: BTreeMap::new(),
             breaker: CircuitBreaker::new(),
@@ -214,6 +219,10 @@ impl EndpointState {
             // The log dead-letters the deliveries of a disabled or deleted endpoint.
             self.queue.clear();
         }
+        self.secrets = endpoint.as_ref().map(|e| {
+            let keys = &self.ctx.payloads;
+            keys.counted(e.open_secrets(keys.keyring(), now_ms), false).map(Arc::new)
+        });
         self.target = match (endpoint.as_ref(), self.target.take()) {
             (Some(e), Some(kept)) if kept.as_str() == e.url => Some(kept),
             (Some(e), _) => Some(Target::new(&e.url)),
@@ -304,7 +313,7 @@ impl EndpointState {
                     self.not_sent(myself, queued, token, now_ms, reason);
                     continue;
                 }
-                Some(Ok(plan)) => plan,
+                Some(Ok(ready)) => ready,
             };
             // Peek at the rate limit first: the breaker's half-open probe must
             // not be granted to an attempt the rate limit then holds back.
@@ -328,7 +337,8 @@ impl EndpointState {
                 let _ = bucket.try_take(now_ms); // available above, and time has not moved
             }
             self.queue.pop_head();
-            self.start_attempt(myself, &endpoint, &target, queued, plan, token, now_ms);
+            let (plan, secrets) = plan;
+            self.start_attempt(myself, &endpoint, &secrets, &target, queued, plan, token, now_ms);
         }
     }
 
@@ -337,6 +347,7 @@ impl EndpointState {
         &mut self,
         myself: &ActorRef<EndpointMsg>,
         endpoint: &Endpoint,
+        secrets: &SigningSecrets,
         target: &Target,
         queued: QueuedDelivery,
         plan: AttemptPlan,
@@ -344,7 +355,7 @@ impl EndpointState {
         now_ms: u64,
     ) {
         let origin = SendOrigin { node_id: self.ctx.node_id, shard: self.shard, token, started_at_ms: now_ms };
-        let request = build_request(endpoint, target.clone(), &plan, now_ms, origin);
+        let request = build_request(endpoint, &secrets.at(now_ms), target.clone(), &plan, now_ms, origin);
         let transport = self.ctx.transport.clone();
         let clock = self.ctx.clock.clone();
         let reply_to = myself.clone();

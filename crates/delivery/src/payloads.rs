@@ -1,10 +1,14 @@
-//! The node's payload keys: sealing what it accepts, opening what it sends
-//! or shows, and counting what it could not open.
+//! The node's keys at rest: sealing the payloads and secrets it accepts,
+//! opening what it sends, verifies or shows, and counting what it could
+//! not open.
 //!
-//! One [`PayloadKeys`] per node, shared by the API (which seals on ingest
-//! and opens for `GET /v1/events/{id}`) and the endpoint actors (which open
-//! just before they sign and send). Without a keyring payloads are stored
-//! in clear; clear payloads (from before a keyring was set) always open.
+//! One [`PayloadKeys`] per node, shared by the API (which seals payloads
+//! on ingest and secrets when an endpoint or source is made or rotated,
+//! and opens for `GET /v1/events/{id}`, an endpoint's secret and inbound
+//! verification) and the endpoint actors (which open a payload just before
+//! they sign and send, and their endpoint's secrets when its settings
+//! load). Without a keyring payloads and secrets are stored in clear;
+//! clear ones (from before a keyring was set) always open.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use hookraft_core::entropy::Entropy;
 use hookraft_core::ids::EventId;
 use hookraft_core::model::Event;
-use hookraft_core::payload::{self, Keyring, OpenError, Payload};
+use hookraft_core::payload::{self, Keyring, OpenError, Payload, SecretOwner, StoredSecret};
 
 /// Distinct missing key ids remembered for `/readyz` and `/metrics`: a
 /// payload's key id comes from the log, so the set is bounded.
@@ -82,9 +86,21 @@ impl PayloadKeys {
     }
 
     pub fn open_payload(&self, id: &EventId, event_type: &str, stored: &Payload) -> Result<Arc<[u8]>, OpenError> {
-        let opened = payload::open(self.keyring.as_deref(), &id.as_str(), event_type, stored);
+        self.counted(payload::open(self.keyring.as_deref(), &id.as_str(), event_type, stored), stored.is_sealed())
+    }
+
+    /// `key`, `owner`'s secret, as it will be stored: sealed under the
+    /// active key, or in clear without a keyring.
+    pub fn store_secret(&self, owner: SecretOwner<'_>, key: &[u8]) -> StoredSecret {
+        StoredSecret::store(self.keyring.as_deref(), owner, key, self.entropy.as_ref())
+    }
+
+    /// Counts the outcome of an open and remembers a missing key: every
+    /// open of a payload or a secret goes through here. Only sealed
+    /// payloads count as opened (`sealed_payload`); failures count for both.
+    pub fn counted<T>(&self, opened: Result<T, OpenError>, sealed_payload: bool) -> Result<T, OpenError> {
         match &opened {
-            Ok(_) if stored.is_sealed() => drop(self.opened_total.fetch_add(1, Ordering::Relaxed)),
+            Ok(_) if sealed_payload => drop(self.opened_total.fetch_add(1, Ordering::Relaxed)),
             Ok(_) => {}
             Err(OpenError::MissingKey(key_id)) => {
                 self.missing_key_total.fetch_add(1, Ordering::Relaxed);
@@ -95,8 +111,9 @@ impl PayloadKeys {
                     // Once per key, not once per delivery and retry.
                     tracing::error!(
                         key_id = %key_id,
-                        "a payload is sealed under a key this node's keyring lacks: deliveries under it are \
-                         not sent until the key is added and the node restarted (see /readyz)"
+                        "a payload or secret is sealed under a key this node's keyring lacks: deliveries and \
+                         inbound requests that need it wait until the key is added and the node restarted \
+                         (see /readyz)"
                     );
                     if missing.len() < MISSING_KEYS_TRACKED_MAX {
                         missing.insert(key_id.clone(), 1);

@@ -44,8 +44,12 @@ impl Feeder {
         let grants = (0..SHARD_COUNT).map(|s| (s, NODE)).collect();
         self.apply(store, Command::AssignShards { now_ms: 1, grants }).await;
         let secret = Secret::from_key(vec![7; 32]).expect("a key");
-        let endpoint =
-            Endpoint::new(EndpointId::generate(1_000, &mut self.rng), "https://example.com/h".into(), secret, 1_000);
+        let endpoint = Endpoint::new(
+            EndpointId::generate(1_000, &mut self.rng),
+            "https://example.com/h".into(),
+            (&secret).into(),
+            1_000,
+        );
         let id = endpoint.id;
         assert_eq!(self.apply(store, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await, Response::Ok);
         id

@@ -30,7 +30,8 @@ fn log_id(term: u64, index: u64) -> LogId {
 fn commands() -> Vec<Command> {
     let mut rng = StdRng::seed_from_u64(3);
     let secret = Secret::from_key(vec![9; 32]).expect("key");
-    let endpoint = Endpoint::new(EndpointId::generate(1, &mut rng), "https://example.com/h".into(), secret, 1);
+    let endpoint =
+        Endpoint::new(EndpointId::generate(1, &mut rng), "https://example.com/h".into(), (&secret).into(), 1);
     let event_id = EventId::generate(2, &mut rng);
     let event = NewEvent {
         id: event_id,

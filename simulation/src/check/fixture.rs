@@ -37,8 +37,12 @@ impl OneDelivery {
     pub fn new(seed: u64, key: Option<&str>) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let secret = Secret::from_key(vec![7; 32]).expect("a 32-byte key");
-        let endpoint =
-            Endpoint::new(EndpointId::generate(1_000, &mut rng), "https://example.com/hook".into(), secret, 1_000);
+        let endpoint = Endpoint::new(
+            EndpointId::generate(1_000, &mut rng),
+            "https://example.com/hook".into(),
+            (&secret).into(),
+            1_000,
+        );
         let mut state = ClusterState::default();
         let grants = (0..SHARD_COUNT).map(|shard| (shard, OWNER)).collect();
         state.apply(&Command::AssignShards { now_ms: 1, grants });

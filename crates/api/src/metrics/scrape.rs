@@ -111,7 +111,7 @@ fn payloads(e: &mut DescriptorEncoder, ctx: &ApiContext) -> std::fmt::Result {
     let mut failures = descriptor(
         e,
         "hookraft_payload_open_failures",
-        "Payloads that could not be opened, by reason",
+        "Payloads and secrets that could not be opened, by reason",
         None,
         MetricType::Counter,
     )?;

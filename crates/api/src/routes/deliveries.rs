@@ -262,7 +262,7 @@ mod tests {
         ids.sort();
         for id in ids {
             let secret = Secret::from_key(vec![7; 32]).expect("secret");
-            let endpoint = Endpoint::new(id, "https://example.com/hook".into(), secret, 1);
+            let endpoint = Endpoint::new(id, "https://example.com/hook".into(), (&secret).into(), 1);
             state.apply(&Command::RegisterEndpoint { endpoint: Box::new(endpoint) });
         }
         let [a, b] = ids;

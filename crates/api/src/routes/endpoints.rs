@@ -13,6 +13,7 @@ use hookraft_core::model::{
     DISABLE_AFTER_S_DEFAULT, DISABLE_AFTER_S_MAX, Endpoint, MAX_IN_FLIGHT_DEFAULT, Ordering, TIMEOUT_MS_DEFAULT,
 };
 use hookraft_core::ordering::OnDead;
+use hookraft_core::payload::SecretOwner;
 use hookraft_core::signing::Secret;
 use hookraft_core::state::{ENDPOINT_SOURCES_MAX, REPLAY_BATCH_MAX};
 use serde::Deserialize;
@@ -169,6 +170,7 @@ async fn create(
     };
     let now_ms = ctx.clock.wall_ms();
     let id = ctx.with_rng(|rng| EndpointId::generate(now_ms, rng));
+    let secret = ctx.payloads.store_secret(SecretOwner::Endpoint(&id.as_str()), secret.key_bytes());
     let endpoint = Endpoint {
         description: body.description,
         event_types: body.event_types,
@@ -182,13 +184,27 @@ async fn create(
         ..Endpoint::new(id, url, secret, now_ms)
     };
     commit(&ctx, Command::RegisterEndpoint { endpoint: Box::new(endpoint) }).await?;
-    Ok((StatusCode::CREATED, axum::Json(endpoint_view(&ctx, &id)?)))
+    Ok((StatusCode::CREATED, axum::Json(endpoint_view(&ctx, &id, true)?)))
 }
 
-fn endpoint_view(ctx: &ApiContext, id: &EndpointId) -> ApiResult<view::EndpointView> {
+fn endpoint_view(ctx: &ApiContext, id: &EndpointId, shown: bool) -> ApiResult<view::EndpointView> {
     let state = ctx.state.read();
     let endpoint = state.endpoints.get(id).ok_or_else(|| Problem::not_found(format!("no endpoint {id}")))?;
-    Ok(views::endpoint(endpoint))
+    Ok(view_for(ctx, endpoint, shown))
+}
+
+/// `e` with its current secret, opened, when the caller may see secrets
+/// (`shown`) and this node can open it (else a key its keyring lacks,
+/// which `/readyz` names).
+fn view_for(ctx: &ApiContext, e: &Endpoint, shown: bool) -> view::EndpointView {
+    let secret = shown
+        .then(|| {
+            let keys = &ctx.payloads;
+            let opened = keys.counted(e.open_secrets(keys.keyring(), ctx.clock.wall_ms()), false);
+            opened.ok().map(|secrets| secrets.current().to_whsec())
+        })
+        .flatten();
+    views::endpoint(e, secret)
 }
 
 /// List every endpoint.
@@ -196,16 +212,8 @@ fn endpoint_view(ctx: &ApiContext, id: &EndpointId) -> ApiResult<view::EndpointV
 async fn list(State(ctx): State<Arc<ApiContext>>, caller: Option<Extension<Caller>>) -> axum::Json<view::EndpointList> {
     let shown = may_see_secrets(caller.as_deref());
     let state = ctx.state.read();
-    let data = state.endpoints.values().map(|e| for_caller(views::endpoint(e), shown)).collect();
+    let data = state.endpoints.values().map(|e| view_for(&ctx, e, shown)).collect();
     axum::Json(view::EndpointList { data })
-}
-
-/// `view` without its secret unless the caller may see secrets.
-fn for_caller(mut view: view::EndpointView, shown: bool) -> view::EndpointView {
-    if !shown {
-        view.secret = None;
-    }
-    view
 }
 
 /// Read an endpoint.
@@ -223,7 +231,7 @@ async fn read(
 ) -> ApiResult<axum::Json<view::EndpointView>> {
     let id: EndpointId = parse_id(&id)?;
     let shown = may_see_secrets(caller.as_deref());
-    endpoint_view(&ctx, &id).map(|view| axum::Json(for_caller(view, shown)))
+    endpoint_view(&ctx, &id, shown).map(axum::Json)
 }
 
 /// Changes to an endpoint: any field of `CreateEndpoint` but `secret`,
@@ -322,7 +330,7 @@ async fn update(
     {
         return Err(Problem::not_found(format!("no {what}")));
     }
-    endpoint_view(&ctx, &id).map(axum::Json)
+    endpoint_view(&ctx, &id, true).map(axum::Json)
 }
 
 /// Delete an endpoint; its queued deliveries are dead-lettered.
@@ -385,6 +393,7 @@ async fn rotate_secret(
     let now_ms = ctx.clock.wall_ms();
     let grace_until_ms = now_ms + grace_ms;
     let whsec = secret.to_whsec();
+    let secret = ctx.payloads.store_secret(SecretOwner::Endpoint(&id.as_str()), secret.key_bytes());
     commit(&ctx, Command::RotateSecret { id, secret, grace_until_ms, now_ms }).await?;
     Ok(axum::Json(view::RotatedSecret {
         secret: whsec,

@@ -59,7 +59,7 @@ async fn readyz(State(ctx): State<Arc<ApiContext>>) -> (StatusCode, String) {
     for (key_id, failed) in ctx.payloads.missing_keys() {
         let _ = writeln!(
             body,
-            "warning: key {key_id} is not in this node's keyring ({failed} payloads could not be opened)"
+            "warning: key {key_id} is not in this node's keyring ({failed} opens of payloads or secrets failed)"
         );
     }
     (status, body)

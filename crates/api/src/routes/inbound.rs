@@ -182,8 +182,13 @@ async fn receive_inner(
     let headers = request.headers().clone();
     let body = read_body(request, &(), true).await?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Err(error) = verify::verify(&source.scheme, &source.verifying_secrets(now_ms), header, &body, now_ms / 1_000)
-    {
+    let keys = &ctx.payloads;
+    let secrets = keys.counted(source.verifying_secrets(keys.keyring(), now_ms), false).map_err(|error| {
+        // The provider is not to blame: it may send again once the key is back.
+        Problem::unavailable(format!("source {id}'s secret cannot be opened on this node: {error}"))
+    })?;
+    let secrets: Vec<_> = secrets.iter().collect();
+    if let Err(error) = verify::verify(&source.scheme, &secrets, header, &body, now_ms / 1_000) {
         ctx.inbound.failed(peer, now_ms);
         return Err(Problem::bad_signature(format!("{} signature refused: {error}", source.scheme.name())));
     }

@@ -1,6 +1,11 @@
 //! `/v1/cluster/payloads`: this node's payload keys, and the rewrap that
-//! seals retained payloads again under its active key after a rotation
-//! (or seals, for the first time, payloads stored in clear).
+//! seals retained payloads, endpoint signing secrets and provider secrets
+//! again under its active key after a rotation (or seals, for the first
+//! time, what is stored in clear).
+//!
+//! A call without `after` first rewraps every stored secret (there are at
+//! most a few per endpoint and source), [`REWRAP_BATCH_MAX`] per log entry,
+//! each replaced only if it is still what was read.
 //!
 //! The rewrap walks the events in id order in bounded steps: each step
 //! looks at most [`REWRAP_SCAN_MAX`] events under the state's read lock,
@@ -15,9 +20,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use axum::extract::State;
-use hookraft_core::command::{Command, REWRAP_BATCH_MAX, Response, RewrappedPayload};
+use hookraft_core::command::{Command, REWRAP_BATCH_MAX, Response, RewrappedPayload, RewrappedSecret};
 use hookraft_core::ids::EventId;
-use hookraft_core::payload::Keyring;
+use hookraft_core::payload::{Keyring, OpenError};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -27,7 +32,7 @@ use crate::context::ApiContext;
 use crate::extract::OptionalJsonBody;
 use crate::openapi::problems::{Conflict, InvalidField, Unavailable};
 use crate::problem::{ApiResult, Problem};
-use crate::views::cluster::{MissingKey, PayloadKeys, RewrapFailure, Rewrapped};
+use crate::views::cluster::{MissingKey, PayloadKeys, RewrapFailure, Rewrapped, SecretsRewrapped};
 
 /// Events one step looks at under the state's read lock, at most.
 pub const REWRAP_SCAN_MAX: usize = 10_000;
@@ -117,6 +122,10 @@ async fn rewrap(
             ));
         }
     };
+    let secrets = match after {
+        None => Some(rewrap_secrets(&ctx, ring, request.dry_run).await?),
+        Some(_) => None,
+    };
     let mut progress = Progress::default();
     let mut cursor = after;
     let mut looked = 0;
@@ -149,7 +158,60 @@ async fn rewrap(
         failures,
         by_key,
         next_after,
+        secrets,
     }))
+}
+
+/// Seals every stored secret not under `ring`'s active key again under
+/// it (with `dry_run`, or without a ring, only counts them by key).
+async fn rewrap_secrets(ctx: &ApiContext, ring: Option<&Keyring>, dry_run: bool) -> ApiResult<SecretsRewrapped> {
+    let active = ring.map(Keyring::active_id);
+    let slots = ctx.state.read().secret_slots();
+    let mut done = SecretsRewrapped::default();
+    let mut batch = Vec::new();
+    for (slot, stored) in slots {
+        done.examined += 1;
+        let key = stored.key_id();
+        let ring = match ring {
+            Some(ring) if !dry_run && key != active => ring,
+            _ => {
+                *done.by_key.entry(key.unwrap_or("clear").to_string()).or_default() += 1;
+                continue;
+            }
+        };
+        let resealed = slot.with_owner(|owner| {
+            let opened = ctx.payloads.counted(stored.open(Some(ring), owner), false)?;
+            Ok::<_, OpenError>(ring.seal_secret(owner, opened.as_bytes(), ctx.entropy.as_ref()))
+        });
+        match resealed {
+            Ok(secret) => {
+                *done.by_key.entry(ring.active_id().to_string()).or_default() += 1;
+                batch.push(RewrappedSecret { slot, from: stored, secret });
+            }
+            Err(error) => {
+                done.failed += 1;
+                *done.by_key.entry(error.key_id().to_string()).or_default() += 1;
+            }
+        }
+        if batch.len() == REWRAP_BATCH_MAX {
+            commit_secrets(ctx, std::mem::take(&mut batch), &mut done).await?;
+        }
+    }
+    if !batch.is_empty() {
+        commit_secrets(ctx, batch, &mut done).await?;
+    }
+    Ok(done)
+}
+
+async fn commit_secrets(ctx: &ApiContext, secrets: Vec<RewrappedSecret>, done: &mut SecretsRewrapped) -> ApiResult<()> {
+    match commit(ctx, Command::RewrapSecrets { now_ms: ctx.clock.wall_ms(), secrets }).await? {
+        Response::Rewrapped { rewrapped, skipped } => {
+            done.rewrapped += u64::from(rewrapped);
+            done.skipped += u64::from(skipped);
+            Ok(())
+        }
+        other => Err(Problem::internal(format!("unexpected answer to a rewrap: {other:?}"))),
+    }
 }
 
 /// One bounded step after `cursor`: the payloads to commit (at most

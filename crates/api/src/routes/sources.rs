@@ -12,6 +12,7 @@ use hookraft_core::ids::SourceId;
 use hookraft_core::inbound::{
     ALLOW_CIDRS_MAX, Cidr, Encoding, LOCATOR_BYTES_MAX, Locator, ProviderSecret, Scheme, Source,
 };
+use hookraft_core::payload::SecretOwner;
 use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -177,6 +178,7 @@ async fn create(
     };
     let now_ms = ctx.clock.wall_ms();
     let id = ctx.with_rng(|rng| SourceId::generate(now_ms, rng));
+    let secret = ctx.payloads.store_secret(SecretOwner::Source(&id.as_str()), secret.key());
     let source = Source {
         id,
         description: body.description,
@@ -348,6 +350,7 @@ async fn rotate_secret(
     let grace_ms = validate::grace_ms(body.grace_period_s, ctx.secret_grace_ms)?;
     let now_ms = ctx.clock.wall_ms();
     let grace_until_ms = now_ms + grace_ms;
+    let secret = ctx.payloads.store_secret(SecretOwner::Source(&id.as_str()), secret.key());
     commit(&ctx, Command::RotateSourceSecret { id, secret, grace_until_ms, now_ms }).await?;
     source_view(&ctx, &id).map(axum::Json)
 }

@@ -183,7 +183,7 @@ mod tests {
         state.apply(&Command::AssignShards { now_ms: 1, grants: (0..SHARD_COUNT).map(|s| (s, 1)).collect() });
         let id = EndpointId::generate(1, &mut rng);
         let secret = Secret::from_key(vec![7; 32]).expect("secret");
-        let endpoint = Endpoint::new(id, "https://example.com/hook".into(), secret, 1);
+        let endpoint = Endpoint::new(id, "https://example.com/hook".into(), (&secret).into(), 1);
         state.apply(&Command::RegisterEndpoint { endpoint: Box::new(endpoint) });
         let events = (0..2)
             .map(|_| NewEvent {

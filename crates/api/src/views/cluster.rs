@@ -146,4 +146,23 @@ pub struct Rewrapped {
     /// Where the next call starts (pass it back as `after`); `null` when done.
     #[schema(value_type = Option<String>, required = true)]
     pub next_after: Option<EventId>,
+    /// Endpoint signing secrets and provider secrets, every one of them:
+    /// looked at by a call without `after` only (`null` otherwise).
+    #[schema(required = true)]
+    pub secrets: Option<SecretsRewrapped>,
+}
+
+/// What a rewrap did to the stored secrets.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub struct SecretsRewrapped {
+    /// Secrets looked at (current and retired ones).
+    pub examined: u64,
+    /// Secrets sealed again under `active_key_id` and committed.
+    pub rewrapped: u64,
+    /// Secrets changed between the read and the commit; left as they were.
+    pub skipped: u64,
+    /// Secrets this node could not open; left as they were.
+    pub failed: u64,
+    /// The secrets examined, by the key they are under after the call (`clear` for none).
+    pub by_key: BTreeMap<String, u64>,
 }

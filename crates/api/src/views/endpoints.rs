@@ -75,7 +75,8 @@ pub struct EndpointView {
     pub id: EndpointId,
     pub url: String,
     /// The current signing secret, `whsec_<base64>`; left out for a token
-    /// of the read scope.
+    /// of the read scope, and when it is sealed under a key this node's
+    /// keyring lacks (`/readyz` names it).
     #[schema(example = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
@@ -120,11 +121,12 @@ pub fn breaker(e: &Endpoint) -> BreakerView {
     BreakerView { state, open_until: Timestamp::from_opt_ms(e.breaker.open_until_ms()) }
 }
 
-pub fn endpoint(e: &Endpoint) -> EndpointView {
+/// `e`'s view; `secret` is its current secret opened, when it is shown.
+pub fn endpoint(e: &Endpoint, secret: Option<String>) -> EndpointView {
     EndpointView {
         id: e.id,
         url: e.url.clone(),
-        secret: Some(e.secret.to_whsec()),
+        secret,
         description: e.description.clone(),
         event_types: e.event_types.clone(),
         max_in_flight: e.max_in_flight,

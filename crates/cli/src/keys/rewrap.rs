@@ -1,6 +1,7 @@
-//! `hookraft keys rewrap`: reseals what a cluster retains under the active
-//! key of the node it calls, following `next_after` from call to call, and
-//! sums up what the calls did.
+//! `hookraft keys rewrap`: reseals what a cluster retains (payloads,
+//! endpoint signing secrets, provider secrets) under the active key of the
+//! node it calls, following `next_after` from call to call, and sums up
+//! what the calls did.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,22 +35,63 @@ pub(super) struct RewrapTotals {
     /// `(event id, error)`, the first [`FAILURES_SHOWN_MAX`] the node listed.
     failures: Vec<(String, String)>,
     by_key: BTreeMap<String, u64>,
+    /// The stored secrets, from the first call (the only one that looks at them).
+    secrets: SecretTotals,
+}
+
+/// What the rewrap did to the stored secrets.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct SecretTotals {
+    examined: u64,
+    rewrapped: u64,
+    skipped: u64,
+    pub(super) failed: u64,
+    by_key: BTreeMap<String, u64>,
+}
+
+/// The counts `fields` of `answer`, in their order.
+fn counts<const N: usize>(answer: &Value, fields: [&str; N]) -> Result<[u64; N], String> {
+    let mut out = [0; N];
+    for (slot, field) in out.iter_mut().zip(fields) {
+        *slot =
+            answer.get(field).and_then(Value::as_u64).ok_or_else(|| format!("the answer has no count `{field}`"))?;
+    }
+    Ok(out)
+}
+
+/// Adds an answer's `by_key` counts to `totals`.
+fn add_by_key(totals: &mut BTreeMap<String, u64>, answer: &Value) -> Result<(), String> {
+    for (key, n) in answer.get("by_key").and_then(Value::as_object).into_iter().flatten() {
+        let n = n.as_u64().ok_or_else(|| format!("the answer's by_key.{key} is not a count"))?;
+        let total = totals.entry(key.clone()).or_default();
+        *total = total.saturating_add(n);
+    }
+    Ok(())
 }
 
 impl RewrapTotals {
     /// Adds one answer of `POST /v1/cluster/payloads/rewrap`; returns its
     /// `next_after` (where the next call starts; `None`: done).
     fn add(&mut self, answer: &Value) -> Result<Option<String>, String> {
-        let count = |field: &str| {
-            answer.get(field).and_then(Value::as_u64).ok_or_else(|| format!("the answer has no count `{field}`"))
+        let [examined, rewrapped, skipped, failed] = counts(answer, ["examined", "rewrapped", "skipped", "failed"])?;
+        let secrets = match answer.get("secrets") {
+            None | Some(Value::Null) => None,
+            Some(secrets) => {
+                let [examined, rewrapped, skipped, failed] =
+                    counts(secrets, ["examined", "rewrapped", "skipped", "failed"])
+                        .map_err(|e| format!("secrets: {e}"))?;
+                let mut by_key = BTreeMap::new();
+                add_by_key(&mut by_key, secrets).map_err(|e| format!("secrets: {e}"))?;
+                Some(SecretTotals { examined, rewrapped, skipped, failed, by_key })
+            }
         };
-        let (examined, rewrapped, skipped, failed) =
-            (count("examined")?, count("rewrapped")?, count("skipped")?, count("failed")?);
         let next_after = match answer.get("next_after") {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) if !id.is_empty() => Some(id.clone()),
             Some(other) => return Err(format!("the answer's next_after is not an event id: {other}")),
         };
+        let mut by_key = self.by_key.clone();
+        add_by_key(&mut by_key, answer)?;
         self.calls += 1;
         self.examined = self.examined.saturating_add(examined);
         self.rewrapped = self.rewrapped.saturating_add(rewrapped);
@@ -65,20 +107,25 @@ impl RewrapTotals {
             let text = |field| failure.get(field).and_then(Value::as_str).unwrap_or("-").to_string();
             self.failures.push((text("event_id"), text("error")));
         }
-        if let Some(by_key) = answer.get("by_key").and_then(Value::as_object) {
-            for (key, n) in by_key {
-                let n = n.as_u64().ok_or_else(|| format!("the answer's by_key.{key} is not a count"))?;
-                let total = self.by_key.entry(key.clone()).or_default();
-                *total = total.saturating_add(n);
-            }
+        self.by_key = by_key;
+        if let Some(secrets) = secrets {
+            self.secrets = secrets;
         }
         Ok(next_after)
     }
 
-    /// Retained payloads that are not under the active key.
-    fn not_under_active(&self) -> u64 {
+    /// Payloads and secrets that could not be opened.
+    pub(super) fn failed(&self) -> u64 {
+        self.failed.saturating_add(self.secrets.failed)
+    }
+
+    /// Retained payloads, and stored secrets, that are not under the active key.
+    fn not_under_active(&self) -> (u64, u64) {
         let active = self.active_key_id.as_deref();
-        self.by_key.iter().filter(|(key, _)| Some(key.as_str()) != active).map(|(_, n)| n).sum()
+        let left = |by_key: &BTreeMap<String, u64>| -> u64 {
+            by_key.iter().filter(|(key, _)| Some(key.as_str()) != active).map(|(_, n)| n).sum()
+        };
+        (left(&self.by_key), left(&self.secrets.by_key))
     }
 }
 
@@ -126,27 +173,43 @@ pub(super) fn render(t: &RewrapTotals) -> String {
     if t.failed > listed {
         let _ = writeln!(out, "  ... and {} more", t.failed - listed);
     }
-    let _ = writeln!(out, "payloads by key:");
-    if t.by_key.is_empty() {
+    by_key_lines(&mut out, "payloads by key:", &t.by_key, t.active_key_id.as_deref());
+    let s = &t.secrets;
+    let _ = writeln!(
+        out,
+        "secrets:    {} examined, {} rewrapped, {} skipped, {} failed",
+        s.examined, s.rewrapped, s.skipped, s.failed
+    );
+    by_key_lines(&mut out, "secrets by key:", &s.by_key, t.active_key_id.as_deref());
+    let (payloads, secrets) = t.not_under_active();
+    if t.dry_run && t.active_key_id.is_some() && payloads + secrets > 0 {
+        let _ = writeln!(
+            out,
+            "{payloads} payloads and {secrets} secrets are not under the active key; run without --dry-run to \
+             reseal them"
+        );
+    }
+    out
+}
+
+/// A `by_key` count, a line per key, marking clear and active.
+fn by_key_lines(out: &mut String, title: &str, by_key: &BTreeMap<String, u64>, active: Option<&str>) {
+    let _ = writeln!(out, "{title}");
+    if by_key.is_empty() {
         let _ = writeln!(out, "  (none retained)");
     }
-    let width = t.by_key.keys().map(|k| k.chars().count()).max().unwrap_or(0);
-    for (key, n) in &t.by_key {
+    let width = by_key.keys().map(|k| k.chars().count()).max().unwrap_or(0);
+    for (key, n) in by_key {
         let key = printable(key);
         let mark = if key == CLEAR {
             "  (stored in clear)"
-        } else if t.active_key_id.as_deref() == Some(key.as_str()) {
+        } else if active == Some(key.as_str()) {
             "  (active)"
         } else {
             ""
         };
         let _ = writeln!(out, "  {key:<width$}  {n}{mark}");
     }
-    let left = t.not_under_active();
-    if t.dry_run && t.active_key_id.is_some() && left > 0 {
-        let _ = writeln!(out, "{left} payloads are not under the active key; run without --dry-run to reseal them");
-    }
-    out
 }
 
 /// Text from the node, with control characters replaced: an answer
@@ -176,7 +239,17 @@ mod tests {
         assert_eq!((totals.calls, totals.examined, totals.rewrapped, totals.skipped, totals.failed), (2, 5, 3, 1, 1));
         assert_eq!(totals.by_key, BTreeMap::from([("k0".into(), 1), ("k2".into(), 4)]));
         assert_eq!(totals.failures, [("evt_a".to_string(), "key k0 is not in this node's keyring".to_string())]);
-        assert_eq!(totals.not_under_active(), 1);
+        assert_eq!(totals.not_under_active(), (1, 0));
+        assert_eq!(totals.secrets, SecretTotals::default(), "neither answer looked at secrets");
+        let with_secrets = json!({
+            "examined": 0, "rewrapped": 0, "skipped": 0, "failed": 0, "next_after": null, "by_key": {},
+            "secrets": {"examined": 3, "rewrapped": 1, "skipped": 0, "failed": 1, "by_key": {"k2": 2, "k0": 1}},
+        });
+        assert_eq!(totals.add(&with_secrets), Ok(None));
+        assert_eq!((totals.secrets.examined, totals.secrets.rewrapped, totals.failed()), (3, 1, 2));
+        assert_eq!(totals.not_under_active(), (1, 1));
+        let bad = json!({"examined": 0, "rewrapped": 0, "skipped": 0, "failed": 0, "secrets": {"examined": 1}});
+        assert!(totals.add(&bad).unwrap_err().starts_with("secrets: the answer has no count `rewrapped`"));
     }
 
     #[test]
@@ -205,6 +278,9 @@ mod tests {
         assert!(text.starts_with("rewrap dry run (nothing changed) on 127.0.0.1:8080 in 1 call"), "{text}");
         assert!(text.contains("failed:     2\n  evt_a: bad?[2J\n  ... and 1 more\n"), "{text}");
         assert!(text.contains("  clear  1  (stored in clear)\n  k1     1\n  k2     2  (active)\n"), "{text}");
-        assert!(text.contains("2 payloads are not under the active key"), "{text}");
+        assert!(text.contains(
+            "secrets:    0 examined, 0 rewrapped, 0 skipped, 0 failed\nsecrets by key:\n  (none retained)\n"
+        ));
+        assert!(text.contains("2 payloads and 0 secrets are not under the active key"), "{text}");
     }
 }

@@ -7,6 +7,7 @@ use zeroize::Zeroize;
 
 use super::Cidr;
 use crate::ids::SourceId;
+use crate::payload::{Keyring, OpenError, SecretOwner, StoredSecret};
 
 /// Most sources a cluster holds.
 pub const SOURCES_MAX: usize = 1_000;
@@ -26,8 +27,9 @@ pub struct Source {
     pub id: SourceId,
     pub description: Option<String>,
     pub scheme: Scheme,
-    /// The provider's current signing secret.
-    pub secret: ProviderSecret,
+    /// The provider's current signing secret: sealed under the keyring's
+    /// active key when the node that took it had a keyring.
+    pub secret: StoredSecret,
     /// Secrets replaced by a rotation, still accepted until their expiry.
     pub previous_secrets: Vec<RetiredProviderSecret>,
     /// Where the provider's event id is.
@@ -50,10 +52,17 @@ pub struct Source {
 }
 
 impl Source {
-    /// The secrets a request received at `now_ms` may be signed with: current first.
-    pub fn verifying_secrets(&self, now_ms: u64) -> Vec<&ProviderSecret> {
+    /// The secrets a request received at `now_ms` may be signed with,
+    /// current first, opened with `keyring`.
+    pub fn verifying_secrets(&self, keyring: Option<&Keyring>, now_ms: u64) -> Result<Vec<ProviderSecret>, OpenError> {
+        let id = self.id.as_str();
         std::iter::once(&self.secret)
             .chain(self.previous_secrets.iter().filter(|old| old.expires_at_ms > now_ms).map(|old| &old.secret))
+            .map(|stored| {
+                let key = stored.open(keyring, SecretOwner::Source(&id))?;
+                ProviderSecret::from_key(key.as_bytes())
+                    .map_err(|_| OpenError::Tampered(stored.key_id().unwrap_or("clear").to_string()))
+            })
             .collect()
     }
 
@@ -64,7 +73,7 @@ impl Source {
 
     /// Replaces the secret, keeping the old one until `grace_until_ms`;
     /// expired ones are dropped and at most [`PREVIOUS_SECRETS_MAX`] kept.
-    pub fn rotate(&mut self, secret: ProviderSecret, grace_until_ms: u64, now_ms: u64) {
+    pub fn rotate(&mut self, secret: StoredSecret, grace_until_ms: u64, now_ms: u64) {
         let old = std::mem::replace(&mut self.secret, secret);
         self.previous_secrets.retain(|s| s.expires_at_ms > now_ms);
         if grace_until_ms > now_ms {
@@ -145,7 +154,7 @@ pub enum Locator {
 /// A provider's signing secret: raw key bytes (a `whsec_` secret's are
 /// its decoded base64; other schemes use the text as given). Never shown
 /// by `Debug`, wiped when dropped.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ProviderSecret {
     key: Vec<u8>,
 }
@@ -174,13 +183,19 @@ impl ProviderSecret {
                 .map_err(|_| ProviderSecretError::NotWhsec)?,
             _ => text.as_bytes().to_vec(),
         };
+        Self::from_key(&key)
+    }
+
+    /// Wraps raw key bytes (as stored), checking their length.
+    pub fn from_key(key: &[u8]) -> Result<Self, ProviderSecretError> {
         if !(PROVIDER_SECRET_BYTES_MIN..=PROVIDER_SECRET_BYTES_MAX).contains(&key.len()) {
             return Err(ProviderSecretError::BadLength(key.len()));
         }
-        Ok(Self { key })
+        Ok(Self { key: key.to_vec() })
     }
 
-    pub(crate) fn key(&self) -> &[u8] {
+    /// The raw key (what is stored, sealed or not).
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
 }
@@ -194,6 +209,6 @@ impl fmt::Debug for ProviderSecret {
 /// A secret that stopped being current at a rotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetiredProviderSecret {
-    pub secret: ProviderSecret,
+    pub secret: StoredSecret,
     pub expires_at_ms: u64,
 }

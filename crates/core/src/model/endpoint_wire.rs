@@ -10,8 +10,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{Endpoint, Ordering, RetiredSecret};
 use crate::breaker::CircuitBreaker;
 use crate::ids::EndpointId;
+use crate::payload::StoredSecret;
 use crate::retry::RetryPolicy;
-use crate::signing::Secret;
 use crate::tagged::{self, Elements, Tagged};
 
 /// Every field of the first layout after the id, in its order.
@@ -19,7 +19,7 @@ use crate::tagged::{self, Elements, Tagged};
 struct Rest {
     url: String,
     description: Option<String>,
-    secret: Secret,
+    secret: StoredSecret,
     previous_secrets: Vec<RetiredSecret>,
     event_types: Option<Vec<String>>,
     max_in_flight: u32,
@@ -145,7 +145,7 @@ mod tests {
 
     fn endpoint() -> Endpoint {
         let mut rng = StdRng::seed_from_u64(2);
-        let secret = Secret::from_key(vec![3; 32]).unwrap();
+        let secret = crate::payload::StoredSecret::clear(&[3; 32]);
         Endpoint::new(EndpointId::generate(5, &mut rng), "https://example.com/h".into(), secret, 5)
     }
 

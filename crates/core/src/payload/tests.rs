@@ -6,7 +6,7 @@ use rand_core::Rng;
 
 use super::*;
 
-struct Seeded(Mutex<StdRng>);
+pub(super) struct Seeded(Mutex<StdRng>);
 
 impl Entropy for Seeded {
     fn fill(&self, dest: &mut [u8]) {
@@ -14,8 +14,12 @@ impl Entropy for Seeded {
     }
 }
 
-fn entropy() -> Seeded {
-    Seeded(Mutex::new(StdRng::seed_from_u64(11)))
+pub(super) fn entropy() -> Seeded {
+    entropy_seeded(11)
+}
+
+pub(super) fn entropy_seeded(seed: u64) -> Seeded {
+    Seeded(Mutex::new(StdRng::seed_from_u64(seed)))
 }
 
 fn ring(active: &str, ids: &[&str]) -> (KeyringFile, Keyring) {

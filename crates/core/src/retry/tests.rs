@@ -361,7 +361,8 @@ fn an_endpoint_stored_with_the_first_policy_layout_still_decodes() {
     let secret = Secret::from_key(vec![3; 32]).expect("key");
     let id = EndpointId::generate(1_000, &mut rng());
     let policy = RetryPolicy { attempts_max: 9, ..RetryPolicy::default() };
-    let endpoint = Endpoint { retry: policy, ..Endpoint::new(id, "https://example.com/h".into(), secret, 1_000) };
+    let endpoint =
+        Endpoint { retry: policy, ..Endpoint::new(id, "https://example.com/h".into(), (&secret).into(), 1_000) };
     let bytes = bincode_of(&endpoint);
     let new_layout = bincode_of(&policy);
     let old_layout = bincode_of(&PolicyAsFirstStored {

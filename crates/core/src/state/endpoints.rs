@@ -4,7 +4,7 @@ use super::ClusterState;
 use crate::command::{EndpointPatch, Response};
 use crate::ids::EndpointId;
 use crate::model::{DeliveryState, Endpoint, OptionalMs, Ordering, RetiredSecret, TimelineEntry};
-use crate::signing::Secret;
+use crate::payload::StoredSecret;
 
 /// Retired secrets kept per endpoint; a rotation past this drops the oldest.
 pub const RETIRED_SECRETS_MAX: usize = 4;
@@ -114,7 +114,7 @@ impl ClusterState {
     pub(super) fn rotate_secret(
         &mut self,
         id: &EndpointId,
-        secret: &Secret,
+        secret: &StoredSecret,
         grace_until_ms: u64,
         now_ms: u64,
     ) -> Response {

@@ -308,6 +308,7 @@ impl ClusterState {
             Command::RevokeShards { now_ms, shards } => self.revoke_shards(shards, *now_ms),
             Command::Prune { before_ms, max_events, .. } => self.prune(*before_ms, *max_events),
             Command::RewrapPayloads { now_ms, payloads } => self.rewrap(payloads, *now_ms),
+            Command::RewrapSecrets { secrets, .. } => self.rewrap_secrets(secrets),
             Command::SetOrdering { id, ordering, now_ms } => self.set_ordering(id, *ordering, *now_ms),
             Command::SkipBlocked { endpoint_id, ordering_key, now_ms } => {
                 self.skip_blocked(endpoint_id, ordering_key, *now_ms)

@@ -9,7 +9,8 @@ use super::ClusterState;
 use super::stale::NewestKey;
 use crate::command::{Response, SourcePatch};
 use crate::ids::{EndpointId, SourceId};
-use crate::inbound::{ProviderSecret, SOURCES_MAX, Source};
+use crate::inbound::{SOURCES_MAX, Source};
+use crate::payload::StoredSecret;
 
 /// Most sources one endpoint receives from.
 pub const ENDPOINT_SOURCES_MAX: usize = 16;
@@ -102,7 +103,7 @@ impl ClusterState {
     pub(super) fn rotate_source_secret(
         &mut self,
         id: &SourceId,
-        secret: &ProviderSecret,
+        secret: &StoredSecret,
         grace_until_ms: u64,
         now_ms: u64,
     ) -> Response {

@@ -1,9 +1,13 @@
 //! What an attempt of an endpoint actor sends: the delivery's payload,
 //! opened with the node's keys just before it is signed, and what the
-//! actor records when it cannot be opened, or when a newer version of the
-//! delivery's entity key was delivered first (nothing is sent).
+//! actor records when it, or the endpoint's signing secret, cannot be
+//! opened, or when a newer version of the delivery's entity key was
+//! delivered first (nothing is sent).
+
+use std::sync::Arc;
 
 use hookraft_core::ids::EventId;
+use hookraft_core::model::SigningSecrets;
 use hookraft_core::payload::OpenError;
 use ractor::ActorRef;
 
@@ -14,8 +18,9 @@ use crate::transport::SendError;
 
 /// Why an attempt is not sent.
 pub(super) enum NotSent {
-    /// Its payload cannot be opened here: deferred.
-    Payload(OpenError),
+    /// Its payload, or its endpoint's signing secret, cannot be opened
+    /// here: deferred.
+    Unopened(OpenError),
     /// This newer event of its entity key was delivered first: it ends
     /// `ignored_stale` (the stale guard, `hookraft_core::state::stale`).
     Stale(EventId),
@@ -23,9 +28,14 @@ pub(super) enum NotSent {
 
 impl EndpointState {
     /// What the next attempt of `queued` sends: its event's payload,
-    /// opened with this node's keys. `None` when the delivery is no longer
-    /// this endpoint's to attempt; an error when it is not to be sent.
-    pub(super) fn plan(&self, queued: &QueuedDelivery) -> Option<Result<AttemptPlan, NotSent>> {
+    /// opened with this node's keys, and the secrets that sign it. `None`
+    /// when the delivery is no longer this endpoint's to attempt; an error
+    /// when it is not to be sent.
+    pub(super) fn plan(&self, queued: &QueuedDelivery) -> Option<Result<(AttemptPlan, Arc<SigningSecrets>), NotSent>> {
+        let secrets = match self.secrets.as_ref()? {
+            Ok(secrets) => secrets.clone(),
+            Err(error) => return Some(Err(NotSent::Unopened(error.clone()))),
+        };
         let (event_id, payload, sealed_type, ordering) = {
             let guard = self.ctx.state.read();
             let delivery = guard.deliveries.get(&queued.id).filter(|d| is_active_for(d, &self.endpoint_id))?;
@@ -53,12 +63,15 @@ impl EndpointState {
             Ok(_) if hookraft_core::breaks::send_sealed() => Ok(payload.shared()),
             opened => opened,
         };
-        Some(opened.map_err(NotSent::Payload).map(|payload| AttemptPlan {
-            delivery_id: queued.id,
-            event_id,
-            payload,
-            attempt_number: queued.attempt_count + 1,
-            ordering,
+        Some(opened.map_err(NotSent::Unopened).map(|payload| {
+            let plan = AttemptPlan {
+                delivery_id: queued.id,
+                event_id,
+                payload,
+                attempt_number: queued.attempt_count + 1,
+                ordering,
+            };
+            (plan, secrets)
         }))
     }
 
@@ -75,7 +88,7 @@ impl EndpointState {
         reason: NotSent,
     ) {
         let error = match reason {
-            NotSent::Payload(error) => error,
+            NotSent::Unopened(error) => error,
             NotSent::Stale(newer) => {
                 let delivery_id = queued.id;
                 self.ctx.in_flight.insert(&delivery_id);
@@ -89,10 +102,10 @@ impl EndpointState {
         match &error {
             // Logged once per key by `PayloadKeys`.
             OpenError::MissingKey(_) => {
-                tracing::debug!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
+                tracing::debug!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload or secret cannot be opened; not sent")
             }
             OpenError::Tampered(_) => {
-                tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload cannot be opened; not sent")
+                tracing::warn!(endpoint = %self.endpoint_id, delivery = %queued.id, %error, "payload or secret cannot be opened; not sent")
             }
         }
         let delivery_id = queued.id;

@@ -38,7 +38,7 @@ const NODE: NodeId = 1;
 fn endpoint(rng: &mut StdRng, event_types: Option<&[&str]>) -> Endpoint {
     let secret = Secret::from_key(vec![7; 32]).unwrap();
     let mut endpoint =
-        Endpoint::new(EndpointId::generate(1_000, rng), "https://example.com/hook".into(), secret, 1_000);
+        Endpoint::new(EndpointId::generate(1_000, rng), "https://example.com/hook".into(), (&secret).into(), 1_000);
     endpoint.event_types = event_types.map(|t| t.iter().map(|s| s.to_string()).collect());
     endpoint
 }

@@ -1,7 +1,7 @@
 use super::*;
-use crate::command::{REWRAP_BATCH_MAX, RewrappedPayload};
+use crate::command::{REWRAP_BATCH_MAX, RewrappedPayload, RewrappedSecret, SecretSlot};
 use crate::model::Rewrapped;
-use crate::payload::Payload;
+use crate::payload::{Payload, StoredSecret};
 
 fn sealed(key_id: &str, fill: u8) -> Payload {
     // A well-formed sealed payload; apply never opens one.
@@ -88,4 +88,80 @@ fn an_entry_rewraps_at_most_its_bound() {
         panic!("expected Rewrapped")
     };
     assert_eq!((rewrapped, skipped), (0, REWRAP_BATCH_MAX as u32 + 3));
+}
+
+fn sealed_secret(key_id: &str, fill: u8) -> StoredSecret {
+    // Apply never opens a secret either.
+    StoredSecret::Sealed { key_id: key_id.into(), nonce: [fill; 24], body: vec![fill; 48] }
+}
+
+fn rewrap_secret(state: &mut ClusterState, slot: SecretSlot, from: StoredSecret, secret: StoredSecret) -> Response {
+    state.apply(&Command::RewrapSecrets { now_ms: 9, secrets: vec![RewrappedSecret { slot, from, secret }] })
+}
+
+#[test]
+fn a_secret_rewrap_replaces_the_slot_read_and_only_with_a_sealed_secret() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let a = endpoint(&mut rng, None);
+    let id = a.id;
+    let mut state = state_with(&[a]);
+    let clear = state.endpoints[&id].secret.clone();
+    assert_eq!(clear.key_id(), None);
+    let current = SecretSlot::Endpoint { id, retired: None };
+    // Never back to clear.
+    let done = rewrap_secret(&mut state, current.clone(), clear.clone(), clear.clone());
+    assert_eq!(done, Response::Rewrapped { rewrapped: 0, skipped: 1 });
+    let done = rewrap_secret(&mut state, current.clone(), clear.clone(), sealed_secret("k1", 1));
+    assert_eq!(done, Response::Rewrapped { rewrapped: 1, skipped: 0 });
+    assert_eq!(state.endpoints[&id].secret, sealed_secret("k1", 1));
+    // Read before that rewrap: left as it is.
+    let done = rewrap_secret(&mut state, current.clone(), clear, sealed_secret("k2", 2));
+    assert_eq!(done, Response::Rewrapped { rewrapped: 0, skipped: 1 });
+    assert_eq!(state.endpoints[&id].secret, sealed_secret("k1", 1));
+    assert_eq!(state.endpoints[&id].updated_at_ms, 1_000, "no setting changed");
+
+    // A rotation retires the sealed secret; the retired slot rewraps on its own.
+    state.apply(&Command::RotateSecret { id, secret: sealed_secret("k1", 3), grace_until_ms: 50, now_ms: 20 });
+    let retired = SecretSlot::Endpoint { id, retired: Some(0) };
+    let done = rewrap_secret(&mut state, retired, sealed_secret("k1", 1), sealed_secret("k2", 4));
+    assert_eq!(done, Response::Rewrapped { rewrapped: 1, skipped: 0 });
+    let endpoint = &state.endpoints[&id];
+    assert_eq!(endpoint.secret, sealed_secret("k1", 3));
+    assert_eq!(endpoint.previous_secrets[0].secret, sealed_secret("k2", 4));
+    assert_eq!(endpoint.previous_secrets[0].expires_at_ms, 50);
+
+    // Slots that do not exist, and a batch past the bound.
+    let gone = SecretSlot::Endpoint { id, retired: Some(7) };
+    assert_eq!(
+        rewrap_secret(&mut state, gone, sealed_secret("k1", 3), sealed_secret("k2", 5)),
+        Response::Rewrapped { rewrapped: 0, skipped: 1 }
+    );
+    let other = SecretSlot::Endpoint { id: EndpointId::generate(1, &mut rng), retired: None };
+    assert_eq!(
+        rewrap_secret(&mut state, other, sealed_secret("k1", 3), sealed_secret("k2", 5)),
+        Response::Rewrapped { rewrapped: 0, skipped: 1 }
+    );
+    let over: Vec<_> = (0..=REWRAP_BATCH_MAX)
+        .map(|n| RewrappedSecret {
+            slot: current.clone(),
+            from: if n == REWRAP_BATCH_MAX { sealed_secret("k1", 3) } else { sealed_secret("none", 0) },
+            secret: sealed_secret("k2", 6),
+        })
+        .collect();
+    let done = state.apply(&Command::RewrapSecrets { now_ms: 9, secrets: over });
+    assert_eq!(done, Response::Rewrapped { rewrapped: 0, skipped: REWRAP_BATCH_MAX as u32 + 1 });
+    assert_eq!(state.endpoints[&id].secret, sealed_secret("k1", 3), "the one past the bound is not applied");
+}
+
+#[test]
+fn a_source_secret_rewraps_like_an_endpoint_secret() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut state = ClusterState::default();
+    let source = super::sources::source(&mut rng);
+    let id = source.id;
+    assert!(matches!(state.apply(&Command::CreateSource { source: Box::new(source.clone()) }), Response::Ok));
+    let slot = SecretSlot::Source { id, retired: None };
+    let done = rewrap_secret(&mut state, slot, source.secret.clone(), sealed_secret("k1", 1));
+    assert_eq!(done, Response::Rewrapped { rewrapped: 1, skipped: 0 });
+    assert_eq!(state.inbound.sources[&id].secret, sealed_secret("k1", 1));
 }

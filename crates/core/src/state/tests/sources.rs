@@ -2,14 +2,15 @@
 
 use super::*;
 use crate::ids::SourceId;
-use crate::inbound::{Inbound, Locator, ProviderSecret, Scheme, Source, Version};
+use crate::inbound::{Inbound, Locator, Scheme, Source, Version};
+use crate::payload::StoredSecret;
 
-fn source(rng: &mut StdRng) -> Source {
+pub(super) fn source(rng: &mut StdRng) -> Source {
     Source {
         id: SourceId::generate(1_000, rng),
         description: None,
         scheme: Scheme::Github,
-        secret: ProviderSecret::parse(&Scheme::Github, "a github secret").expect("secret"),
+        secret: StoredSecret::clear(b"a github secret"),
         previous_secrets: Vec::new(),
         event_id: Locator::Header("x-github-delivery".into()),
         event_type: None,
