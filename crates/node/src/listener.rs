@@ -12,9 +12,10 @@
 //!   accept loop itself never waits for a permit.
 //! - TLS: the handshake runs in the connection's task once it is admitted
 //!   ([`crate::tls::handshake`]).
-//! - Requests: a request head must arrive within [`HEADER_READ_TIMEOUT`].
-//!   hyper starts that timer whenever the connection waits for a head, so it
-//!   also closes a keep-alive connection idle that long. A body must arrive
+//! - Requests: a request head must arrive within [`HEADER_READ_TIMEOUT`]
+//!   of the connection's start or its last response, so a keep-alive
+//!   connection idle that long is closed too; one watch per connection
+//!   keeps that time ([`idle`]), not a timer per request. A body must arrive
 //!   within [`BODY_READ_TIMEOUT`] of its head: reading it later fails and
 //!   the handler answers 400 ([`body`]). Handlers are never cancelled.
 //! - Each request carries its peer's address as a [`PeerAddr`].
@@ -25,6 +26,7 @@
 
 pub mod admission;
 pub mod body;
+pub mod idle;
 pub mod members;
 
 use std::convert::Infallible;
@@ -37,7 +39,7 @@ use axum::Router;
 use hookraft_api::routes::inbound::PeerAddr;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -105,6 +107,7 @@ struct Server {
     tls: Option<TlsAcceptor>,
     http: http1::Builder,
     admission: Admission,
+    header_read_timeout: Duration,
     body_read_timeout: Duration,
 }
 
@@ -149,9 +152,11 @@ async fn accept_failed(error: io::Error) {
 impl Server {
     fn new(app: Router, tls: Option<TlsAcceptor>, limits: &Limits, members: Members) -> Self {
         let mut http = http1::Builder::new();
-        http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+        // The connection's idle watch keeps the header timeout (`idle`).
+        http.header_read_timeout(None);
         let admission = Admission::new(limits, members);
-        Self { app, tls, http, admission, body_read_timeout: limits.body_read_timeout }
+        let (header_read_timeout, body_read_timeout) = (limits.header_read_timeout, limits.body_read_timeout);
+        Self { app, tls, http, admission, header_read_timeout, body_read_timeout }
     }
 
     /// Serves an accepted connection in a task of its own, or closes it.
@@ -208,11 +213,15 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let requests = Requests { app: self.app.clone(), peer, body_read_timeout: self.body_read_timeout };
+        let activity = idle::Activity::new();
+        let requests =
+            Requests { app: self.app.clone(), peer, body_read_timeout: self.body_read_timeout, activity: activity.clone() };
         let connection = self.http.serve_connection(TokioIo::new(stream), requests);
         let mut connection = std::pin::pin!(connection);
         let outcome = tokio::select! {
             outcome = connection.as_mut() => outcome,
+            // Dropping the connection closes it.
+            () = idle::expired(&activity, self.header_read_timeout) => return,
             () = stopped(&mut stop) => {
                 connection.as_mut().graceful_shutdown();
                 connection.await
@@ -230,17 +239,19 @@ struct Requests {
     app: Router,
     peer: SocketAddr,
     body_read_timeout: Duration,
+    activity: Arc<idle::Activity>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Requests {
     type Response = axum::response::Response;
     type Error = Infallible;
-    type Future = Oneshot<Router, axum::extract::Request>;
+    type Future = idle::Tracked<Oneshot<Router, axum::extract::Request>>;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        let busy = self.activity.busy();
         let mut request = request.map(|body| axum::body::Body::new(body::Deadline::new(body, self.body_read_timeout)));
         request.extensions_mut().insert(PeerAddr(self.peer));
-        self.app.clone().oneshot(request)
+        idle::Tracked::new(self.app.clone().oneshot(request), busy)
     }
 }
 
@@ -411,6 +422,17 @@ mod tests {
         assert!(closed_within(&mut half, PROMPT).await, "the half-sent head is closed");
         assert!(closed_within(&mut idle, PROMPT).await, "the idle connection is closed");
         assert!(started.elapsed() >= header_read_timeout, "not before the timeout: {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_request_handled_longer_than_the_header_timeout_is_answered_and_its_connection_kept() {
+        let header_read_timeout = Duration::from_millis(100);
+        let subject = Subject::start(Limits { header_read_timeout, ..limits() }, Members::default()).await;
+        let mut stream = subject.connect_from("127.0.0.1").await;
+        let answer = exchange(&mut stream, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", "slow").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "the 300 ms handler is not cut off: {answer}");
+        assert!(ping(&mut stream).await.contains("pong"), "the connection goes on after it");
+        assert!(closed_within(&mut stream, PROMPT).await, "then idle, it is closed");
     }
 
     #[tokio::test]
