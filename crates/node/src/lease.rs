@@ -135,7 +135,10 @@ impl LeaseLoop {
 
     /// Every `lease/3` a heartbeat; every [`LEASE_CHECK_MS`], also while a
     /// heartbeat is waiting for its commit, a look at whether the lease
-    /// started or stopped being valid.
+    /// started or stopped being valid. The lease is also looked at just
+    /// before a committed heartbeat extends it: a lapse is seen and counted
+    /// even when the renewal lands before the next look (a process paused
+    /// past its lease renews within milliseconds of waking).
     async fn run_renewal(&self) {
         let period_ms = (self.lease_ms / 3).max(1);
         let mut stop = self.stop.clone();
@@ -145,13 +148,21 @@ impl LeaseLoop {
             let now_ms = self.clock.monotonic_ms();
             if now_ms >= next_heartbeat_ms {
                 next_heartbeat_ms = now_ms + period_ms;
-                let beat = self.heartbeat(now_ms);
+                let beat = self.heartbeat();
                 tokio::pin!(beat);
                 loop {
                     tokio::select! {
                         biased;
                         _ = stop.wait_for(|stopped| *stopped) => return,
-                        () = &mut beat => break,
+                        committed = &mut beat => {
+                            if committed {
+                                if !self.watch_validity(&mut was_valid) {
+                                    return;
+                                }
+                                self.renewed(now_ms);
+                            }
+                            break;
+                        }
                         () = tokio::time::sleep(Duration::from_millis(LEASE_CHECK_MS)) => {
                             if !self.watch_validity(&mut was_valid) {
                                 return;
@@ -222,23 +233,30 @@ impl LeaseLoop {
         }
     }
 
-    /// Proposes a heartbeat and, once it is committed, extends the lease.
-    /// `propose` answers only after the heartbeat is applied on this node
-    /// too (the leader answers from its own apply; a forwarded write waits
-    /// for its log index here), so every grant committed before it is in
-    /// this node's state when the lease is extended: a node catching up
-    /// cannot hold a lease over a stale grant (DESIGN-NOTES note 17).
-    async fn heartbeat(&self, proposed_at_ms: u64) {
+    /// Proposes a heartbeat; true once it is committed. `propose` answers
+    /// only after the heartbeat is applied on this node too (the leader
+    /// answers from its own apply; a forwarded write waits for its log
+    /// index here), so every grant committed before it is in this node's
+    /// state when the lease is extended: a node catching up cannot hold a
+    /// lease over a stale grant (DESIGN-NOTES note 17).
+    async fn heartbeat(&self) -> bool {
         let command =
             Command::Heartbeat { node_id: self.node_id, now_ms: self.clock.wall_ms(), lease_ms: self.lease_ms };
         match self.proposer.propose(command).await {
-            Ok(_) => {
-                self.lease.extend_to(proposed_at_ms + self.lease_ms);
-                self.lease.renewals_total.fetch_add(1, Ordering::Relaxed);
-                self.lease.renewed.notify_one();
+            Ok(_) => true,
+            Err(error) => {
+                tracing::debug!(%error, "heartbeat not committed");
+                false
             }
-            Err(error) => tracing::debug!(%error, "heartbeat not committed"),
         }
+    }
+
+    /// A heartbeat proposed at `proposed_at_ms` committed: the lease runs
+    /// a lease from then.
+    fn renewed(&self, proposed_at_ms: u64) {
+        self.lease.extend_to(proposed_at_ms + self.lease_ms);
+        self.lease.renewals_total.fetch_add(1, Ordering::Relaxed);
+        self.lease.renewed.notify_one();
     }
 
     fn is_leader(&self) -> bool {

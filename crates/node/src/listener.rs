@@ -214,8 +214,12 @@ impl Server {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let activity = idle::Activity::new();
-        let requests =
-            Requests { app: self.app.clone(), peer, body_read_timeout: self.body_read_timeout, activity: activity.clone() };
+        let requests = Requests {
+            app: self.app.clone(),
+            peer,
+            body_read_timeout: self.body_read_timeout,
+            activity: activity.clone(),
+        };
         let connection = self.http.serve_connection(TokioIo::new(stream), requests);
         let mut connection = std::pin::pin!(connection);
         let outcome = tokio::select! {

@@ -1,7 +1,8 @@
-//! The lease is renewed while leader duties wait on slow commits: a real
-//! one-member Raft on an in-memory disk, on tokio's paused clock, behind a
-//! proposer that holds every `Prune` back for three leases before
-//! committing it.
+//! The lease loop on a real one-member Raft on an in-memory disk, on
+//! tokio's paused clock: the lease is renewed while leader duties wait on
+//! slow commits (a proposer that holds every `Prune` back for three leases
+//! before committing it), and a lapse is counted even when the renewal
+//! lands at once (a process paused past its lease).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,15 +105,63 @@ impl Actor for Supervisor {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_lease_is_renewed_while_a_prune_waits_longer_than_the_lease() {
-    let clock = Arc::new(PausedClock { origin: Instant::now() });
+/// A one-member Raft that leads its cluster, and its state.
+async fn one_member() -> (Raft, hookraft_raft::StateHandle) {
     let (log_store, state_machine, state) =
         hookraft_raft::open(&Backend::Memory(MemDisk::new()), None).expect("open the in-memory stores");
     let network = HttpNetwork::new(None).expect("network");
     let raft = Raft::new(NODE, Arc::new(raft_config()), network, log_store, state_machine).await.expect("raft");
     raft.initialize(BTreeMap::from([(NODE, openraft::BasicNode::new("127.0.0.1:1"))])).await.expect("initialise");
     raft.wait(Some(Duration::from_secs(60))).current_leader(NODE, "leads its cluster").await.expect("leader");
+    (raft, state)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_lapsed_while_the_process_was_paused_is_counted_though_it_is_renewed_at_once() {
+    let clock = Arc::new(PausedClock { origin: Instant::now() });
+    let (raft, state) = one_member().await;
+    let lease = Arc::new(Lease::default());
+    let proposer = Arc::new(SlowPrunes { raft: raft.clone(), lease: lease.clone(), prunes: Mutex::new(Vec::new()) });
+    let rebalances = Arc::new(AtomicU64::new(0));
+    let (supervisor, _) = Actor::spawn(None, Supervisor, rebalances.clone()).await.expect("supervisor");
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(
+        LeaseLoop {
+            node_id: NODE,
+            lease_ms: LEASE_MS,
+            retention_ms: None,
+            lease: lease.clone(),
+            clock: clock.clone(),
+            proposer,
+            raft: raft.clone(),
+            state,
+            supervisor: supervisor.clone(),
+            stop,
+        }
+        .run(),
+    );
+    tokio::time::sleep(Duration::from_millis(2 * LEASE_MS)).await;
+    assert!(lease.is_valid(clock.monotonic_ms()), "held before the pause");
+    assert_eq!(rebalances.load(Ordering::SeqCst), 1, "one rebalance, when the lease became valid");
+
+    // The process stops for three leases: time jumps while no task runs,
+    // and on waking the first heartbeat commits before any other look.
+    tokio::time::advance(Duration::from_millis(3 * LEASE_MS)).await;
+    tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
+    assert!(lease.is_valid(clock.monotonic_ms()), "renewed after waking");
+    assert_eq!(lease.expiries_total.load(Ordering::SeqCst), 1, "the lapse is counted");
+    assert_eq!(rebalances.load(Ordering::SeqCst), 3, "the supervisor heard of the lapse and of the renewal");
+
+    stop_tx.send(true).expect("stop");
+    running.await.expect("the lease loop ends when the node stops");
+    supervisor.stop(None);
+    raft.shutdown().await.expect("raft shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lease_is_renewed_while_a_prune_waits_longer_than_the_lease() {
+    let clock = Arc::new(PausedClock { origin: Instant::now() });
+    let (raft, state) = one_member().await;
 
     // Events with no endpoint to go to: over at once, due for pruning a
     // millisecond later.
