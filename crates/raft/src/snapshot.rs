@@ -2,14 +2,12 @@
 //!
 //! A snapshot's payload is a bincode [`SnapshotPayload`]: the last applied
 //! log id, the last membership and the [`ClusterState`], its history
-//! encoded apart (only counted). The payload is a versioned enum (a shipped
-//! variant is frozen). The current snapshot lives in the disk's
-//! [`StateStore`]: the payload and the snapshot's metadata, committed with
-//! the history's records, and sent to followers as the store's export
-//! stream. Earlier versions kept it whole in one file, `hookraft-snapshot`
-//! (the payload, then its metadata, the metadata's length and a magic
-//! trailer), and before that in a sled tree: a node finds such a snapshot
-//! as it opens, commits it to the store, and empties the file.
+//! encoded apart (only counted). It has one layout, pinned by a golden file
+//! (`tests/golden/snapshot.bin`, checked below): until a first release a
+//! change of layout updates the file. The current snapshot lives in the
+//! disk's [`StateStore`]: the payload and the snapshot's metadata,
+//! committed with the history's records, and sent to followers as the
+//! store's export stream.
 //!
 //! This module must not decide when to snapshot (openraft does) nor touch
 //! the live state (the state machine does).
@@ -20,56 +18,27 @@ use serde::{Deserialize, Serialize};
 
 use crate::background::{self, Pace, Priority};
 use crate::codec::{decode, encode, encode_into};
-use crate::disk::{Batch, Disk, FileSlot, KvTree};
+use crate::disk::Disk;
 use crate::state_store::{PinnedExport, StateStore};
 use hookraft_core::state::history_store::{Flush, HistoryStore};
-use hookraft_core::state::{ClusterStateV1, ClusterStateV2, ClusterStateV3, ClusterStateV4};
 
 use crate::{ClusterState, Error, LogId, SnapshotMeta, StoredMembership};
 
-pub(crate) const SNAPSHOT_FILE: &str = "hookraft-snapshot";
-/// Ends every snapshot file: names the layout, so a truncated or foreign
-/// file is refused instead of misread.
-const FILE_MAGIC: &[u8; 8] = b"hksnap01";
-/// Where earlier versions kept the snapshot, and the keys they used.
-const LEGACY_TREE: &str = "raft_snapshot";
-const LEGACY_KEY_META: &[u8] = b"current_meta";
-const LEGACY_KEY_DATA: &[u8] = b"current_data";
-
 /// What a snapshot's bytes decode to.
 #[derive(Debug, Deserialize)]
-pub(crate) enum SnapshotPayload {
-    /// Before ordered delivery: the state holds no ordered keys.
-    V1 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV1 },
-    /// The state ends with its ordered keys' queues.
-    V2 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV2 },
-    /// Then with its inbound sources and the stale guard's versions.
-    V3 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV3 },
-    /// Then with the history of finished events, whole.
-    V4 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterStateV4 },
-    /// Then with the numbered deliveries per ordered key, and the history
-    /// whole or, kept in the state store, only counted.
-    V5 { last_applied: Option<LogId>, last_membership: StoredMembership, state: ClusterState },
+pub(crate) struct SnapshotPayload {
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    state: ClusterState,
 }
 
 /// The borrowed twin of [`SnapshotPayload`], so a snapshot is encoded
-/// straight from the live state without a copy. Same variants, same order.
+/// straight from the live state without a copy. Same fields, same order.
 #[derive(Serialize)]
-enum SnapshotPayloadRef<'a> {
-    /// Never written now; here so `V5` keeps its position.
-    #[allow(dead_code)]
-    V1,
-    #[allow(dead_code)]
-    V2,
-    #[allow(dead_code)]
-    V3,
-    #[allow(dead_code)]
-    V4,
-    V5 {
-        last_applied: &'a Option<LogId>,
-        last_membership: &'a StoredMembership,
-        state: &'a ClusterState,
-    },
+struct SnapshotPayloadRef<'a> {
+    last_applied: &'a Option<LogId>,
+    last_membership: &'a StoredMembership,
+    state: &'a ClusterState,
 }
 
 /// Encodes a snapshot of `state` as of `last_applied`, whole in memory (a
@@ -80,7 +49,7 @@ pub(crate) fn encode_payload(
     last_membership: &StoredMembership,
     state: &ClusterState,
 ) -> Result<Vec<u8>, Error> {
-    encode("snapshot", &SnapshotPayloadRef::V5 { last_applied, last_membership, state })
+    encode("snapshot", &SnapshotPayloadRef { last_applied, last_membership, state })
 }
 
 /// Decodes a snapshot's bytes and checks they say what `meta` says.
@@ -89,13 +58,7 @@ pub(crate) fn decode_payload(
     data: &[u8],
 ) -> Result<(Option<LogId>, StoredMembership, ClusterState), Error> {
     // The derived indexes and usage counters are rebuilt as the state decodes.
-    let (last_applied, last_membership, state) = match decode("snapshot", data)? {
-        SnapshotPayload::V1 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V2 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V3 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V4 { last_applied, last_membership, state } => (last_applied, last_membership, state.0),
-        SnapshotPayload::V5 { last_applied, last_membership, state } => (last_applied, last_membership, state),
-    };
+    let SnapshotPayload { last_applied, last_membership, state } = decode("snapshot", data)?;
     if last_applied != meta.last_log_id || last_membership != meta.last_membership {
         return Err(Error::Corrupt(format!(
             "snapshot {} holds state as of {last_applied:?} with membership {last_membership:?}, \
@@ -106,63 +69,13 @@ pub(crate) fn decode_payload(
     Ok((last_applied, last_membership, state))
 }
 
-/// What follows the payload in the file: the metadata, its length, the magic.
-#[cfg(test)]
-pub(crate) fn trailer(meta: &SnapshotMeta) -> Result<Vec<u8>, Error> {
-    let meta_bytes = encode("snapshot metadata", meta)?;
-    let mut trailer = Vec::with_capacity(meta_bytes.len() + 4 + FILE_MAGIC.len());
-    trailer.extend_from_slice(&meta_bytes);
-    trailer.extend_from_slice(&(meta_bytes.len() as u32).to_le_bytes());
-    trailer.extend_from_slice(FILE_MAGIC);
-    Ok(trailer)
-}
-
-/// Splits a snapshot file into its metadata and (in place) its payload.
-fn split_file(mut contents: Vec<u8>) -> Result<StoredSnapshot, Error> {
-    let corrupt = |why: &str| Error::Corrupt(format!("the snapshot file {SNAPSHOT_FILE} {why}"));
-    let Some(body_len) = contents.len().checked_sub(FILE_MAGIC.len() + 4) else {
-        return Err(corrupt("is too short"));
-    };
-    if &contents[body_len + 4..] != FILE_MAGIC {
-        return Err(corrupt("does not end with the snapshot trailer"));
-    }
-    let meta_len = u32::from_le_bytes(contents[body_len..body_len + 4].try_into().expect("four bytes")) as usize;
-    let Some(payload_len) = body_len.checked_sub(meta_len) else {
-        return Err(corrupt("claims more metadata than it holds"));
-    };
-    let meta: SnapshotMeta = decode("snapshot metadata", &contents[payload_len..body_len])?;
-    contents.truncate(payload_len);
-    Ok((meta, contents))
-}
-
 /// A stored snapshot: its metadata and its payload.
 pub(crate) type StoredSnapshot = (SnapshotMeta, Vec<u8>);
 
-/// The snapshot a node finds as it opens.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Found {
-    /// The state store's last commit (its history is in the store).
-    InStore(StoredSnapshot),
-    /// A snapshot an earlier version wrote to its file or tree, its
-    /// history whole: to be committed to the state store before use.
-    Legacy(StoredSnapshot),
-}
-
-impl Found {
-    fn meta(&self) -> &SnapshotMeta {
-        match self {
-            Found::InStore((meta, _)) | Found::Legacy((meta, _)) => meta,
-        }
-    }
-}
-
-/// The durable home of the current snapshot: the [`StateStore`], and the
-/// file and tree where earlier versions kept it, read once. Cheap to clone.
+/// The durable home of the current snapshot: the [`StateStore`]. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SnapshotStore {
     store: Arc<dyn StateStore>,
-    file: Arc<dyn FileSlot>,
-    legacy: Arc<dyn KvTree>,
     /// The last log index of the stored snapshot (`None` inside: none, or one
     /// of the empty log). Held across a whole build or install, so a
     /// snapshot built concurrently with an install never overwrites a newer one.
@@ -171,18 +84,10 @@ pub(crate) struct SnapshotStore {
 
 impl SnapshotStore {
     /// Opens the store and finds the current snapshot, if there is one.
-    pub(crate) fn open(disk: &dyn Disk) -> Result<(Self, Option<Found>), Error> {
-        let mut store = Self {
-            store: disk.open_state_store()?,
-            file: disk.open_file(SNAPSHOT_FILE)?,
-            legacy: disk.open_tree(LEGACY_TREE)?,
-            stored: Arc::default(),
-        };
-        let found = match store.load()? {
-            Some(current) => Some(Found::InStore(current)),
-            None => store.load_legacy()?.map(Found::Legacy),
-        };
-        let index = found.as_ref().and_then(|found| index_of(found.meta()));
+    pub(crate) fn open(disk: &dyn Disk) -> Result<(Self, Option<StoredSnapshot>), Error> {
+        let mut store = Self { store: disk.open_state_store()?, stored: Arc::default() };
+        let found = store.load()?;
+        let index = found.as_ref().and_then(|(meta, _)| index_of(meta));
         store.stored = Arc::new(tokio::sync::Mutex::new(index));
         Ok((store, found))
     }
@@ -243,23 +148,6 @@ impl SnapshotStore {
         Ok(Some((decode("snapshot metadata", &stored.meta)?, stored.state)))
     }
 
-    /// The snapshot an earlier version left in its file or tree, if any.
-    fn load_legacy(&self) -> Result<Option<StoredSnapshot>, Error> {
-        // An empty file is one this version emptied.
-        if let Some(contents) = self.file.read()?.filter(|c| !c.is_empty()) {
-            return split_file(contents).map(Some);
-        }
-        let Some(meta_bytes) = self.legacy.get(LEGACY_KEY_META)? else {
-            return Ok(None);
-        };
-        let meta: SnapshotMeta = decode("snapshot metadata", &meta_bytes)?;
-        let data = self
-            .legacy
-            .get(LEGACY_KEY_DATA)?
-            .ok_or_else(|| Error::Corrupt(format!("snapshot {} has metadata but no data", meta.snapshot_id)))?;
-        Ok(Some((meta, data)))
-    }
-
     /// Commits a snapshot of `state` as of `meta` with the history's
     /// `flush`, durably; returns the encoded state's bytes. Synchronous,
     /// for a background thread: `state` is a clone whose history was
@@ -275,7 +163,7 @@ impl SnapshotStore {
         let meta_bytes = encode("snapshot metadata", meta)?;
         let last_applied = &meta.last_log_id;
         let last_membership = &meta.last_membership;
-        let payload = SnapshotPayloadRef::V5 { last_applied, last_membership, state };
+        let payload = SnapshotPayloadRef { last_applied, last_membership, state };
         let mut encode_state = |out: &mut dyn std::io::Write| {
             encode_into("snapshot", &payload, &mut PacedWriter::new(out, pace)).map(drop)
         };
@@ -302,33 +190,18 @@ impl SnapshotStore {
     pub(crate) fn spool(&self) -> Result<crate::Spool, Error> {
         self.store.spool()
     }
-
-    /// Removes the snapshot an earlier version left in its tree, if any,
-    /// and empties its file, once the state store holds a commit.
-    fn forget_legacy(&self) -> Result<(), Error> {
-        if self.legacy.get(LEGACY_KEY_META)?.is_some() {
-            // The store takes precedence from now on; the next flush of the
-            // log makes the removal durable, and until then it is harmless.
-            let mut batch = Batch::default();
-            batch.remove(LEGACY_KEY_META);
-            batch.remove(LEGACY_KEY_DATA);
-            self.legacy.apply_batch(batch)?;
-        }
-        Ok(())
-    }
 }
 
 /// One build or install in progress: while it lives no other one runs,
 /// so what it finds stored stays so.
 pub(crate) struct SnapshotSave<'a> {
-    store: &'a SnapshotStore,
     stored: tokio::sync::MutexGuard<'a, Option<u64>>,
 }
 
 impl SnapshotStore {
     /// Starts a build or an install.
     pub(crate) async fn begin_save(&self) -> SnapshotSave<'_> {
-        SnapshotSave { store: self, stored: self.stored.lock().await }
+        SnapshotSave { stored: self.stored.lock().await }
     }
 }
 
@@ -345,15 +218,9 @@ impl SnapshotSave<'_> {
         *self.stored
     }
 
-    /// Records that the snapshot as of `meta` is now the durable one, and
-    /// lets go of what earlier versions kept.
-    pub(crate) async fn stored(&mut self, meta: &SnapshotMeta) -> Result<(), Error> {
+    /// Records that the snapshot as of `meta` is now the durable one.
+    pub(crate) fn stored(&mut self, meta: &SnapshotMeta) {
         *self.stored = index_of(meta);
-        self.store.forget_legacy()?;
-        if self.store.file.read()?.is_some() {
-            self.store.file.replace(Vec::new()).await?;
-        }
-        Ok(())
     }
 }
 
@@ -401,6 +268,9 @@ fn index_of(meta: &SnapshotMeta) -> Option<u64> {
 }
 
 #[cfg(test)]
+mod golden;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -417,29 +287,6 @@ mod tests {
             snapshot_id: "2-7-1".into(),
         };
         let (applied, members, decoded) = decode_payload(&meta, &data).expect("decodes");
-        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
-
-        // The current layout ends with the ordered keys' queues (here none:
-        // an empty map, one zero byte), the numbered deliveries (another
-        // empty map), the inbound state (no source, no version: two empty
-        // maps, two zero bytes), then the history, kept whole here (its
-        // variant, no event, no delivery: three more).
-        assert_eq!((data[0], &data[data.len() - 7..]), (4, &[0u8; 7][..]), "V5, ending empty");
-        let before = &data[1..data.len() - 7];
-        let layout = |variant: u8, zeros: usize| [&[variant][..], before, &vec![0; zeros]].concat();
-        // The fourth layout: variant V4, without the numbered deliveries,
-        // its history untagged.
-        let (applied, members, decoded) = decode_payload(&meta, &layout(3, 5)).expect("decodes");
-        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
-        // The third: variant V3, without the history.
-        let (applied, members, decoded) = decode_payload(&meta, &layout(2, 3)).expect("decodes");
-        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
-        // The second: variant V2, without the inbound state.
-        let (applied, members, decoded) = decode_payload(&meta, &layout(1, 1)).expect("decodes");
-        assert_eq!((applied, members, decoded), (last_applied, membership.clone(), state.clone()));
-        // The first: variant V1, without the ordered keys either.
-        let first_layout = layout(0, 0);
-        let (applied, members, decoded) = decode_payload(&meta, &first_layout).expect("decodes");
         assert_eq!((applied, members, decoded), (last_applied, membership, state));
     }
 
@@ -523,52 +370,14 @@ mod tests {
         state.apply(&hookraft_core::Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] });
         let payload = commit_at(&store, 5, &state);
         let mut save = store.begin_save().await;
-        save.stored(&meta_at(5)).await.expect("records it");
+        save.stored(&meta_at(5));
         assert!(save.holds_newer_than(&Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 3))));
         drop(save);
         disk.crash();
         let (store, current) = SnapshotStore::open(&disk).expect("reopens");
-        assert_eq!(current, Some(Found::InStore((meta_at(5), payload.clone()))));
+        assert_eq!(current, Some((meta_at(5), payload.clone())));
         let (_, _, decoded) = decode_payload(&meta_at(5), &payload).expect("decodes");
         assert_eq!(decoded, state);
         assert_eq!(store.begin_save().await.stored_index(), Some(5), "a reopened store knows its index");
-    }
-
-    #[tokio::test]
-    async fn a_snapshot_an_earlier_version_left_is_found_until_the_store_holds_one() {
-        let disk = crate::MemDisk::new();
-        let tree = disk.open_tree(LEGACY_TREE).expect("tree");
-        tree.insert(LEGACY_KEY_META, encode("meta", &meta_at(4)).expect("encodes")).expect("writes");
-        tree.insert(LEGACY_KEY_DATA, b"old".to_vec()).expect("writes");
-        let (store, current) = SnapshotStore::open(&disk).expect("opens");
-        assert_eq!(current, Some(Found::Legacy((meta_at(4), b"old".to_vec()))));
-        assert_eq!(store.begin_save().await.stored_index(), Some(4), "the legacy snapshot counts as the stored one");
-
-        // A file wins over the tree.
-        let mut contents = b"older file".to_vec();
-        contents.extend_from_slice(&trailer(&meta_at(6)).expect("encodes"));
-        disk.open_file(SNAPSHOT_FILE).expect("file").replace(contents).await.expect("writes");
-        let (store, current) = SnapshotStore::open(&disk).expect("opens");
-        assert_eq!(current, Some(Found::Legacy((meta_at(6), b"older file".to_vec()))));
-
-        let payload = commit_at(&store, 9, &ClusterState::default());
-        store.begin_save().await.stored(&meta_at(9)).await.expect("records it");
-        assert_eq!(tree.get(LEGACY_KEY_DATA).expect("reads"), None, "the old copy is dropped");
-        assert_eq!(disk.open_file(SNAPSHOT_FILE).expect("file").read().expect("reads"), Some(Vec::new()));
-        let (_, current) = SnapshotStore::open(&disk).expect("reopens");
-        assert_eq!(current, Some(Found::InStore((meta_at(9), payload))));
-    }
-
-    #[test]
-    fn a_truncated_or_foreign_file_is_corrupt() {
-        let mut contents = b"payload".to_vec();
-        contents.extend_from_slice(&trailer(&meta_at(1)).expect("encodes"));
-        assert_eq!(split_file(contents.clone()).expect("splits"), (meta_at(1), b"payload".to_vec()));
-        assert!(split_file(contents[..contents.len() - 1].to_vec()).is_err());
-        assert!(split_file(b"short".to_vec()).is_err());
-        let mut lying = b"p".to_vec();
-        lying.extend_from_slice(&1_000u32.to_le_bytes());
-        lying.extend_from_slice(FILE_MAGIC);
-        assert!(split_file(lying).is_err(), "a metadata length past the start");
     }
 }

@@ -19,9 +19,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
 
-use crate::background::Pace;
 use crate::disk::Disk;
-use crate::snapshot::{Found, SnapshotStore, decode_payload, stored_is_newer};
+use crate::snapshot::{SnapshotStore, decode_payload, stored_is_newer};
 use crate::state_handle::{Applied, StateHandle, assert_no_read_held, lock_address};
 use crate::{
     ClusterState, Command, Entry, Error, LogId, Response, Snapshot, SnapshotData, SnapshotMeta, StorageError,
@@ -97,33 +96,19 @@ pub struct StateMachineStore {
 impl StateMachineStore {
     /// Opens the state machine over `disk`, starting from the persisted
     /// snapshot if there is one, else from an empty state, and gives the
-    /// state its history store. A snapshot an earlier version left whole
-    /// in its file is committed to the store first.
+    /// state its history store.
     pub fn open(disk: &dyn Disk, observer: Option<Arc<dyn ApplyObserver>>) -> Result<(Self, StateHandle), Error> {
         let (snapshots, found) = SnapshotStore::open(disk)?;
-        let legacy = matches!(found, Some(Found::Legacy(_)));
         let (mut applied, snapshot_bytes) = match found {
-            Some(Found::InStore((meta, data)) | Found::Legacy((meta, data))) => {
+            Some((meta, data)) => {
                 let (last_applied, last_membership, state) = decode_payload(&meta, &data)?;
                 tracing::info!(snapshot = %meta.snapshot_id, "state machine restored from snapshot");
-                (Applied { state, last_applied, last_membership }, if legacy { 0 } else { data.len() as u64 })
+                (Applied { state, last_applied, last_membership }, data.len() as u64)
             }
             None => (Applied::default(), 0),
         };
         applied.state.attach_history(snapshots.history()?).map_err(Error::Corrupt)?;
         let snapshot_bytes = Arc::new(AtomicU64::new(snapshot_bytes));
-        if legacy {
-            let meta = SnapshotMeta {
-                last_log_id: applied.last_applied,
-                last_membership: applied.last_membership.clone(),
-                snapshot_id: snapshot_id(applied.last_applied, 0),
-            };
-            let flush = applied.state.seal_history();
-            let bytes = snapshots.commit(&flush, &meta, &applied.state, &mut Pace::off())?;
-            applied.state.history_flushed(snapshots.history()?);
-            snapshot_bytes.store(bytes, Ordering::Relaxed);
-            tracing::info!(bytes, snapshot = %meta.snapshot_id, "snapshot of an earlier version moved to the history store");
-        }
         let applied = Arc::new(RwLock::new(applied));
         let store = Self {
             applied: applied.clone(),
@@ -296,7 +281,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let mut applied = self.write().map_err(state_error(ErrorVerb::Write))?;
             applied.state.history_flushed(history);
         }
-        save.stored(&meta).await.map_err(snapshot_error(&meta, ErrorVerb::Write))?;
+        save.stored(&meta);
         self.hold.durable(meta.last_log_id.map(|id| id.index));
         self.snapshot_bytes.store(bytes, Ordering::Relaxed);
         // The size first and the snapshot by its id alone: the whole
@@ -395,7 +380,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .await
             .map_err(snapshot_error(meta, ErrorVerb::Read))?;
         let (installed, state_bytes, bytes) = installed;
-        save.stored(meta).await.map_err(snapshot_error(meta, ErrorVerb::Write))?;
+        save.stored(meta);
         self.hold.durable(meta.last_log_id.map(|id| id.index));
         self.hold.release();
         self.snapshot_bytes.store(state_bytes as u64, Ordering::Relaxed);

@@ -381,13 +381,6 @@ impl History {
         Ok(())
     }
 
-    /// The records of every layer and the store, encoded whole as the
-    /// layout before [`HistoryV4`]'s successor did: for tests of that layout.
-    #[cfg(test)]
-    pub(super) fn whole(&self) -> impl serde::Serialize + '_ {
-        codec::Whole(self)
-    }
-
     /// Whether the records are kept in a store (then the state encodes
     /// only what the history counts).
     pub fn is_apart(&self) -> bool {
@@ -399,7 +392,6 @@ mod check;
 mod codec;
 mod layer;
 mod listing;
-pub use codec::HistoryV4;
 use codec::{Blob, decode};
 use layer::{DeliveryChange, EventChange, Layer, Says};
 #[cfg(test)]

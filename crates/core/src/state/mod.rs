@@ -34,8 +34,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use history::{History, HistoryV4, IdRange};
-pub use layouts::{ClusterStateV1, ClusterStateV2, ClusterStateV3, ClusterStateV4};
+pub use history::{History, IdRange};
 pub use replay::{REPLAY_BATCH_MAX, REPLAY_SCAN_MAX};
 pub use sources::{ENDPOINT_SOURCES_MAX, InboundState};
 
@@ -47,7 +46,7 @@ pub use usage::{Usage, delivery_bytes, event_bytes, new_event_bytes};
 
 /// Replicated state. Fields are public for reading; change it only through `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "layouts::Current")]
+#[serde(from = "layouts::Encoded")]
 pub struct ClusterState {
     pub endpoints: BTreeMap<EndpointId, Endpoint>,
     /// Events and deliveries are boxed: a B-tree node keeps slack for 11
@@ -104,22 +103,18 @@ pub struct ClusterState {
     #[serde(skip)]
     usage: Usage,
     /// Each ordered key's queue, kept by every apply that changes an
-    /// ordered delivery (`state/ordered.rs`). Encoded last: a snapshot of
-    /// the first layout has none (`ClusterStateV1`).
+    /// ordered delivery (`state/ordered.rs`).
     ordered: crate::ordering::OrderedKeys<ordered::OrderKey>,
     /// How many numbered deliveries of each ordered key the state holds
     /// (the history's too): a key is forgotten with the last of them.
-    /// Derived from the records, but encoded (from `V5`): with the history
-    /// in a store, counting again would read every finished record.
+    /// Derived from the records, but encoded: with the history in a
+    /// store, counting again would read every finished record.
     numbered: BTreeMap<ordered::OrderKey, u32>,
     /// The inbound sources and the stale guard's newest versions
-    /// (`state/sources.rs`, `state/stale.rs`). Encoded last: snapshots of
-    /// the layouts before have none (`ClusterStateV1`, `ClusterStateV2`).
+    /// (`state/sources.rs`, `state/stale.rs`).
     pub inbound: InboundState,
     /// Finished events and their deliveries, encoded (`state/history.rs`):
-    /// what `events` and `deliveries` no longer hold. Encoded last: a
-    /// snapshot of the layouts before has none (`ClusterStateV3`), its
-    /// finished events are moved here when it is decoded.
+    /// what `events` and `deliveries` no longer hold.
     history: History,
     /// The events the current apply touched, for its end to settle
     /// (`state/settle.rs`). Not part of the state: empty between applies.

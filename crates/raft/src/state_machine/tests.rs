@@ -1,5 +1,4 @@
-//! The state machine's own tests: snapshot ids, the legacy snapshot file,
-//! and a store that writes slowly.
+//! The state machine's own tests: snapshot ids and a store that writes slowly.
 
 use super::*;
 use crate::state_store::StateStore;
@@ -9,39 +8,6 @@ fn snapshot_id_names_term_index_and_counter() {
     let id = LogId::new(openraft::CommittedLeaderId::new(3, 1), 42);
     assert_eq!(snapshot_id(Some(id), 7), "3-42-7");
     assert_eq!(snapshot_id(None, 1), "none-1");
-}
-
-#[tokio::test]
-async fn a_snapshot_an_earlier_version_left_in_its_file_moves_into_the_store() {
-    use crate::snapshot::{SNAPSHOT_FILE, encode_payload, trailer};
-    let disk = crate::MemDisk::new();
-    let mut state = ClusterState::default();
-    state.apply(&Command::AssignShards { now_ms: 1, grants: vec![(3, 9)] });
-    let last_applied = Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 6));
-    let meta = SnapshotMeta {
-        last_log_id: last_applied,
-        last_membership: StoredMembership::default(),
-        snapshot_id: "1-6-1".into(),
-    };
-    let mut file = encode_payload(&last_applied, &meta.last_membership, &state).expect("encodes");
-    file.extend_from_slice(&trailer(&meta).expect("encodes"));
-    disk.open_file(SNAPSHOT_FILE).expect("file").replace(file).await.expect("writes");
-
-    let (store, handle) = StateMachineStore::open(&disk, None).expect("opens");
-    assert_eq!(handle.read().shards[3].owner, Some(9));
-    assert_eq!(handle.last_applied(), last_applied);
-    let (stored, _) = store.snapshots.load().expect("loads").expect("committed to the store");
-    assert_eq!(stored.last_log_id, last_applied);
-    // The file is emptied by the next snapshot; the store wins before.
-    let (_, reopened) = StateMachineStore::open(&disk, None).expect("reopens");
-    assert_eq!(reopened.last_applied(), last_applied);
-    drop(reopened);
-    store.clone().build_snapshot().await.expect("builds");
-    assert_eq!(disk.open_file(SNAPSHOT_FILE).expect("file").read().expect("reads"), Some(Vec::new()));
-    drop((store, handle));
-    let (_, handle) = StateMachineStore::open(&disk, None).expect("reopens");
-    let owner = handle.read().shards[3].owner;
-    assert_eq!((owner, handle.last_applied()), (Some(9), last_applied));
 }
 
 /// A disk whose state store, once a commit starts writing the state,

@@ -64,18 +64,6 @@ impl<'de> Deserialize<'de> for History {
     }
 }
 
-/// A history as the layout before [`Encoding`] encoded it: always whole,
-/// with no tag.
-#[derive(Debug)]
-pub struct HistoryV4(pub History);
-
-impl<'de> Deserialize<'de> for HistoryV4 {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let stored = Stored::deserialize(deserializer)?;
-        History::try_from(stored).map(HistoryV4).map_err(serde::de::Error::custom)
-    }
-}
-
 struct BytesRef<'a>(&'a [u8]);
 
 impl Serialize for BytesRef<'_> {

@@ -152,27 +152,6 @@ fn an_outcome_of_a_finished_delivery_that_comes_twice_changes_nothing() {
 }
 
 #[test]
-fn a_snapshot_of_the_layout_before_the_history_moves_its_finished_events_when_decoded() {
-    let (mut state, _, pending) = one_pending(77);
-    let mut rng = StdRng::seed_from_u64(78);
-    let finished =
-        created(state.apply(&Command::IngestEvents { now_ms: 9, events: vec![event(&mut rng, "a", None, None)] }))[0].0;
-    report(&mut state, &finished, Some(200), Decision::Delivered, 6_000);
-    // The earlier layout: every event in memory, no history at the end.
-    let mut old = state.clone();
-    old.bring_back_delivery(&finished);
-    old.touched.clear();
-    assert!(old.deliveries.contains_key(&finished));
-    let bytes = encoded_before_numbered(&old, None);
-    let (decoded, _): (ClusterStateV3, _) =
-        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes");
-    let decoded = decoded.0;
-    assert!(decoded.history().contains_delivery(&finished) && decoded.deliveries.contains_key(&pending));
-    assert_eq!(decoded, state);
-    decoded.check_invariants().unwrap();
-}
-
-#[test]
 fn a_history_record_that_does_not_decode_is_refused_with_the_snapshot() {
     let (mut state, _, id) = one_pending(79);
     report(&mut state, &id, Some(200), Decision::Delivered, 6_000);
@@ -187,51 +166,6 @@ fn a_history_record_that_does_not_decode_is_refused_with_the_snapshot() {
     let refused = bincode::serde::decode_from_slice::<ClusterState, _>(&broken, bincode::config::standard());
     assert!(refused.is_err(), "a broken record decoded");
     assert!(bincode::serde::decode_from_slice::<ClusterState, _>(&bytes, bincode::config::standard()).is_ok());
-}
-
-/// The state in a layout from before the numbered deliveries were encoded:
-/// `V3` without a history, `V4` with it whole and untagged (bincode encodes
-/// a struct as the tuple of its fields).
-fn encoded_before_numbered(state: &ClusterState, history: Option<&History>) -> Vec<u8> {
-    let fields = (
-        &state.endpoints,
-        &state.events,
-        &state.deliveries,
-        &state.idempotency,
-        &state.active,
-        &state.nodes,
-        &state.shards,
-        state.last_token,
-        state.outcomes_rejected_stale,
-        &state.ordered,
-        &state.inbound,
-    );
-    let mut bytes = bincode::serde::encode_to_vec(fields, bincode::config::standard()).expect("encodes");
-    if let Some(history) = history {
-        let whole = bincode::serde::encode_to_vec(history.whole(), bincode::config::standard()).expect("encodes");
-        bytes.extend_from_slice(&whole);
-    }
-    bytes
-}
-
-#[test]
-fn a_snapshot_of_the_layout_before_the_numbered_counts_decodes_and_counts_them() {
-    let mut rng = StdRng::seed_from_u64(81);
-    let on_dead = crate::ordering::OnDead::Skip;
-    let a = Endpoint { ordering: crate::model::Ordering::PerKey { on_dead }, ..endpoint(&mut rng, None) };
-    let mut state = state_with(std::slice::from_ref(&a));
-    let ordered_event = |rng: &mut StdRng| NewEvent { ordering_key: Some("k".into()), ..event(rng, "x", None, None) };
-    let first = created(state.apply(&Command::IngestEvents { now_ms: 5, events: vec![ordered_event(&mut rng)] }));
-    created(state.apply(&Command::IngestEvents { now_ms: 6, events: vec![ordered_event(&mut rng)] }));
-    report(&mut state, &first[0].0, Some(200), Decision::Delivered, 6_000);
-    assert!(state.history().contains_delivery(&first[0].0), "one ordered delivery is finished");
-    let bytes = encoded_before_numbered(&state, Some(state.history()));
-    let (decoded, _): (ClusterStateV4, _) =
-        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).expect("decodes");
-    assert_eq!(decoded.0, state);
-    assert_eq!(decoded.0.numbered, state.numbered, "counted from the records, the history's included");
-    assert!(!state.numbered.is_empty());
-    decoded.0.check_invariants().unwrap();
 }
 
 #[test]
