@@ -50,6 +50,13 @@ impl ClusterState {
         self.touched = touched;
     }
 
+    /// Moves every finished event in memory into the history, after a
+    /// decode. O(state).
+    pub(super) fn settle_all(&mut self) {
+        self.touched.extend(self.events.keys().copied());
+        self.settle();
+    }
+
     /// Whether every delivery of `event` is over and none holds its key.
     pub(super) fn is_finished(&self, event: &Event) -> bool {
         event
