@@ -245,16 +245,14 @@ pub struct EndpointPatch {
     pub disabled: Option<bool>,
 }
 
-/// An event as proposed by the node that received it. Its encoding is
-/// versioned (`new_event_wire`).
-#[derive(Debug, Clone, PartialEq)]
+/// An event as proposed by the node that received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewEvent {
     pub id: EventId,
     pub event_type: String,
     /// Validated JSON, sealed by the accepting node when it has a keyring;
     /// shared with the state once applied (the log keeps recent commands in
-    /// memory, so the state takes the same copy). Encodes as the JSON text
-    /// did before payloads could be sealed.
+    /// memory, so the state takes the same copy).
     pub payload: Payload,
     pub idempotency_key: Option<String>,
     /// Explicit targets; `None` fans out by event type.
@@ -265,8 +263,6 @@ pub struct NewEvent {
     /// Where it came from, when a source's ingress received it.
     pub inbound: Option<Box<crate::inbound::Inbound>>,
 }
-
-mod new_event_wire;
 
 /// The result of one attempt, reported by the endpoint's owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -45,7 +45,6 @@ pub mod redact;
 pub mod retry;
 pub mod signing;
 pub mod state;
-mod tagged;
 
 pub use command::{Command, Response};
 pub use state::ClusterState;

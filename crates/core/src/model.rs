@@ -42,10 +42,8 @@ pub const RESPONSE_EXCERPT_BYTES_MAX: usize = 1_024;
 /// summarised away so a replayed-forever delivery cannot grow without bound.
 pub const TIMELINE_ENTRIES_MAX: usize = 512;
 
-/// A customer endpoint and its delivery settings. Its encoding is
-/// versioned (`endpoint_wire`): endpoints written before `ordering`
-/// existed still decode.
-#[derive(Debug, Clone, PartialEq)]
+/// A customer endpoint and its delivery settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub id: EndpointId,
     pub url: String,
@@ -201,10 +199,8 @@ impl Endpoint {
 /// is boxed (`Box<str>` is a `String` without the capacity: 8 bytes less
 /// each, and no slack), and so is its delivery list. The payload is shared
 /// instead: the command that proposed it and the state hold the one copy
-/// made when the request was read. Its encoding is versioned
-/// (`event_wire`): events written before `received_by` and `rewrapped`
-/// existed still decode.
-#[derive(Debug, Clone, PartialEq)]
+/// made when the request was read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub id: EventId,
     pub event_type: Box<str>,
@@ -392,10 +388,8 @@ impl Serialize for Delivery {
     }
 }
 
-mod endpoint_wire;
 mod timeline;
 pub use timeline::{AttemptRecord, TimelineEntry};
-mod event_wire;
 
 /// The encoded form of a [`Delivery`]: its fields in order, the timeline whole.
 mod wire {

@@ -15,9 +15,7 @@
 //!   its event's id and its event's type, so a payload moved to another
 //!   event, or relabelled, fails authentication.
 //!
-//! Both encode as a bincode byte string, which is how earlier versions
-//! encoded the clear text (`Arc<str>`): logs and snapshots they wrote decode
-//! unchanged.
+//! Both encode as one bincode byte string.
 //!
 //! Nonces are 192 random bits drawn from the node's [`Entropy`] for every
 //! payload: at that length random nonces need no counter and no

@@ -6,18 +6,11 @@
 //! replays the same schedule. This module owns the decision after an attempt;
 //! it must not read a clock, draw from a global RNG or know about HTTP clients.
 
-use std::fmt;
-
 use rand_core::Rng;
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeTuple, Serializer};
 use serde::{Deserialize, Serialize};
 
 /// Per-endpoint retry settings (ARCHITECTURE §6.4 defaults).
-///
-/// Encoded (log, snapshots) in a tagged layout that also reads the layout
-/// written before `retry_after_max_ms` existed; see [`encoding`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryPolicy {
     /// Attempts in one delivery cycle before the delivery is dead-lettered.
     pub attempts_max: u32,
@@ -159,15 +152,11 @@ impl RetryRule {
 }
 
 /// What to do after an attempt. Encoded by position in the log: variants
-/// that have shipped are frozen, new ones go at the end.
+/// that have shipped are frozen once there is a release; until then the
+/// golden files pin them (`hookraft-raft`'s `tests/golden/`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
     Delivered,
-    /// A retry as earlier versions wrote it, without its rule: apply still
-    /// reads it from their logs; [`decide`] never returns it.
-    LegacyRetry {
-        at_ms: u64,
-    },
     Dead {
         reason: String,
     },
@@ -196,9 +185,7 @@ impl Decision {
     /// When the next attempt is due, for either form of a retry.
     pub fn retry_at_ms(&self) -> Option<u64> {
         match self {
-            Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } | Decision::Deferred { at_ms } => {
-                Some(*at_ms)
-            }
+            Decision::Retry { at_ms, .. } | Decision::Deferred { at_ms } => Some(*at_ms),
             _ => None,
         }
     }
@@ -308,86 +295,6 @@ pub fn choose_wait(
         (asked_ms, RetryRule::RetryAfter)
     };
     if floor_ms > backoff_ms { (floor_ms, rule) } else { (backoff_ms, RetryRule::Backoff) }
-}
-
-/// The encoded form of a [`RetryPolicy`].
-///
-/// Bincode is positional and not self-describing, so a field cannot simply
-/// be added with a default: bytes written before would be misread. The
-/// first layout was the four fields `attempts_max, base_ms, cap_ms,
-/// max_age_s`. The current one starts with [`encoding::TAG`], a value no
-/// valid `attempts_max` takes (it was always validated to 1..=100), then a
-/// layout version, then the fields. Decoding reads the first number and
-/// picks the layout from it.
-pub mod encoding {
-    /// Starts a tagged layout; never a valid `attempts_max`.
-    pub const TAG: u32 = u32::MAX;
-    /// The layout this build writes: the four first fields, then `retry_after_max_ms`.
-    pub const VERSION: u32 = 2;
-    /// Elements of the current layout, tag and version included.
-    pub(super) const ELEMENTS: usize = 7;
-}
-
-impl Serialize for RetryPolicy {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut tuple = serializer.serialize_tuple(encoding::ELEMENTS)?;
-        tuple.serialize_element(&encoding::TAG)?;
-        tuple.serialize_element(&encoding::VERSION)?;
-        tuple.serialize_element(&self.attempts_max)?;
-        tuple.serialize_element(&self.base_ms)?;
-        tuple.serialize_element(&self.cap_ms)?;
-        tuple.serialize_element(&self.max_age_s)?;
-        tuple.serialize_element(&self.retry_after_max_ms)?;
-        tuple.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for RetryPolicy {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_tuple(encoding::ELEMENTS, PolicyVisitor)
-    }
-}
-
-struct PolicyVisitor;
-
-impl<'de> Visitor<'de> for PolicyVisitor {
-    type Value = RetryPolicy;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a retry policy")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RetryPolicy, A::Error> {
-        let first: u32 = element(&mut seq, 0)?;
-        if first != encoding::TAG {
-            // The first layout: `first` is `attempts_max`.
-            return Ok(RetryPolicy {
-                attempts_max: first,
-                base_ms: element(&mut seq, 1)?,
-                cap_ms: element(&mut seq, 2)?,
-                max_age_s: element(&mut seq, 3)?,
-                retry_after_max_ms: RETRY_AFTER_MAX_MS_DEFAULT,
-            });
-        }
-        let version: u32 = element(&mut seq, 1)?;
-        if version != encoding::VERSION {
-            return Err(de::Error::custom(format!(
-                "retry policy layout {version} is not one this build reads ({})",
-                encoding::VERSION
-            )));
-        }
-        Ok(RetryPolicy {
-            attempts_max: element(&mut seq, 2)?,
-            base_ms: element(&mut seq, 3)?,
-            cap_ms: element(&mut seq, 4)?,
-            max_age_s: element(&mut seq, 5)?,
-            retry_after_max_ms: element(&mut seq, 6)?,
-        })
-    }
-}
-
-fn element<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(seq: &mut A, index: usize) -> Result<T, A::Error> {
-    seq.next_element()?.ok_or_else(|| de::Error::invalid_length(index, &PolicyVisitor))
 }
 
 mod retry_after;

@@ -420,7 +420,7 @@ impl EndpointState {
         };
         self.ctx.metrics.decided(match &decision {
             Decision::Delivered => Decided::Delivered,
-            Decision::Retry { .. } | Decision::LegacyRetry { .. } => Decided::Retried,
+            Decision::Retry { .. } => Decided::Retried,
             Decision::Deferred { .. } => Decided::NotSent,
             Decision::Dead { .. } => Decided::Dead,
             Decision::Gone => Decided::Gone,
@@ -454,7 +454,7 @@ impl EndpointState {
             {
                 self.queue.push(QueuedDelivery { due_ms: now_ms, ..queued });
             }
-            Decision::Retry { at_ms, .. } | Decision::LegacyRetry { at_ms } => self.queue.push(QueuedDelivery {
+            Decision::Retry { at_ms, .. } => self.queue.push(QueuedDelivery {
                 due_ms: at_ms,
                 attempt_count: queued.attempt_count + 1,
                 cycle_attempts: queued.cycle_attempts + 1,

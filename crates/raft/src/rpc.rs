@@ -12,8 +12,9 @@
 //!
 //! openraft's own error types never cross the wire: the receiver folds them
 //! into the small enums here and the sender rebuilds what openraft needs.
-//! Both enums are bincode-encoded, whose enum encoding is positional:
-//! **variants that have shipped are frozen; add new ones at the end only.**
+//! Both enums are bincode-encoded, whose enum encoding is positional: from
+//! a first release on, released variants are frozen and new ones go at the
+//! end (docs/ARCHITECTURE.md, encodings).
 //!
 //! This module does no IO; it must not grow HTTP or timing concerns.
 

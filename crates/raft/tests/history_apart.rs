@@ -1,8 +1,7 @@
 //! The state machine with its history in the state store: a snapshot
 //! writes the finished records there and the state reads them back from
 //! it; a reopened node, a crashed one, and a follower that installs the
-//! snapshot hold the same history; a snapshot an earlier version left
-//! whole in its file moves into the store.
+//! snapshot hold the same history.
 
 use hookraft_core::command::{NewEvent, Outcome};
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId, SHARD_COUNT};

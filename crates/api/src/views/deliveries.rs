@@ -238,10 +238,6 @@ pub fn timeline_entry(entry: &TimelineEntry) -> TimelineEntryView {
             next_attempt_at: at(next_attempt_at_ms),
             rule: Some((*rule).into()),
         },
-        // Recorded before the rule was: unknown, so null.
-        TimelineEntry::LegacyRetryScheduled { at_ms, next_attempt_at_ms } => {
-            TimelineEntryView::RetryScheduled { at: at(at_ms), next_attempt_at: at(next_attempt_at_ms), rule: None }
-        }
         TimelineEntry::Delivered { at_ms } => TimelineEntryView::Delivered { at: at(at_ms) },
         TimelineEntry::Dead { at_ms, reason } => TimelineEntryView::Dead { at: at(at_ms), reason: reason.clone() },
         TimelineEntry::Replayed { at_ms } => TimelineEntryView::Replayed { at: at(at_ms) },
@@ -306,9 +302,6 @@ mod tests {
             assert_eq!(view["rule"], name);
             assert_eq!(view["next_attempt_at"], "1970-01-01T00:00:01.000Z");
         }
-        let legacy = json(timeline_entry(&TimelineEntry::LegacyRetryScheduled { at_ms: 0, next_attempt_at_ms: 1_000 }));
-        assert_eq!(legacy["kind"], "retry_scheduled");
-        assert!(legacy["rule"].is_null(), "{legacy}");
     }
 
     #[test]

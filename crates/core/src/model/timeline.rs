@@ -37,12 +37,6 @@ pub enum TimelineEntry {
         /// encodes as its content, so the log and snapshot formats are the same.
         attempt: Box<AttemptRecord>,
     },
-    /// A retry as earlier versions recorded it, without the rule that chose
-    /// its wait: read from their logs and snapshots, never recorded now.
-    LegacyRetryScheduled {
-        at_ms: u64,
-        next_attempt_at_ms: u64,
-    },
     Delivered {
         at_ms: u64,
     },
@@ -91,7 +85,6 @@ impl TimelineEntry {
         match self {
             TimelineEntry::Received { at_ms }
             | TimelineEntry::Attempt { at_ms, .. }
-            | TimelineEntry::LegacyRetryScheduled { at_ms, .. }
             | TimelineEntry::Delivered { at_ms }
             | TimelineEntry::Dead { at_ms, .. }
             | TimelineEntry::Replayed { at_ms }

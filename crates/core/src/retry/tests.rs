@@ -315,15 +315,6 @@ fn rules_have_their_api_names() {
     assert_eq!(names, ["backoff", "retry_after", "retry_after_capped", "throttled"]);
 }
 
-/// The layout of a policy before `retry_after_max_ms` existed.
-#[derive(Serialize)]
-struct PolicyAsFirstStored {
-    attempts_max: u32,
-    base_ms: u64,
-    cap_ms: u64,
-    max_age_s: u64,
-}
-
 fn bincode_of<T: Serialize>(value: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(value, bincode::config::standard()).expect("encodes")
 }
@@ -337,79 +328,21 @@ fn from_bincode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Strin
 }
 
 #[test]
-fn a_policy_stored_in_the_first_layout_decodes_with_the_default_maximum() {
-    let old = PolicyAsFirstStored { attempts_max: 7, base_ms: 2_000, cap_ms: 90_000, max_age_s: 3_600 };
-    // Fields after the policy must still line up.
-    let bytes = bincode_of(&(old, String::from("after"), 9u64));
-    assert_eq!(&bytes[..4], &[7, 251, 0xd0, 0x07], "the first layout starts with attempts_max");
-    let (policy, after, nine): (RetryPolicy, String, u64) = from_bincode(&bytes).expect("decodes");
-    let expected = RetryPolicy {
-        attempts_max: 7,
-        base_ms: 2_000,
-        cap_ms: 90_000,
-        max_age_s: 3_600,
-        retry_after_max_ms: RETRY_AFTER_MAX_MS_DEFAULT,
-    };
-    assert_eq!((policy, after.as_str(), nine), (expected, "after", 9));
-}
-
-#[test]
-fn an_endpoint_stored_with_the_first_policy_layout_still_decodes() {
-    use crate::ids::EndpointId;
-    use crate::model::Endpoint;
-    use crate::signing::Secret;
-    let secret = Secret::from_key(vec![3; 32]).expect("key");
-    let id = EndpointId::generate(1_000, &mut rng());
-    let policy = RetryPolicy { attempts_max: 9, ..RetryPolicy::default() };
-    let endpoint =
-        Endpoint { retry: policy, ..Endpoint::new(id, "https://example.com/h".into(), (&secret).into(), 1_000) };
-    let bytes = bincode_of(&endpoint);
-    let new_layout = bincode_of(&policy);
-    let old_layout = bincode_of(&PolicyAsFirstStored {
-        attempts_max: policy.attempts_max,
-        base_ms: policy.base_ms,
-        cap_ms: policy.cap_ms,
-        max_age_s: policy.max_age_s,
-    });
-    let at = bytes.windows(new_layout.len()).position(|w| w == new_layout).expect("the policy is in the endpoint");
-    let mut stored = bytes[..at].to_vec();
-    stored.extend_from_slice(&old_layout);
-    stored.extend_from_slice(&bytes[at + new_layout.len()..]);
-    let decoded: Endpoint = from_bincode(&stored).expect("decodes");
-    assert_eq!(decoded, endpoint);
-}
-
-#[test]
-fn a_policy_round_trips_in_the_tagged_layout_and_an_unknown_layout_is_refused() {
+fn a_policy_round_trips_and_a_truncated_one_is_refused() {
     let policy = RetryPolicy { retry_after_max_ms: 42, ..RetryPolicy::default() };
     let bytes = bincode_of(&policy);
     assert_eq!(from_bincode::<RetryPolicy>(&bytes), Ok(policy));
     let json = serde_json::to_string(&policy).expect("encodes");
     assert_eq!(serde_json::from_str::<RetryPolicy>(&json).expect("decodes"), policy);
-    let future = bincode_of(&(encoding::TAG, 3u32, 1u32, 1u64, 1u64, 1u64, 1u64));
-    let error = from_bincode::<RetryPolicy>(&future).expect_err("refused");
-    assert!(error.contains("retry policy layout 3"), "{error}");
     assert!(from_bincode::<RetryPolicy>(&bytes[..bytes.len() - 1]).is_err(), "truncated");
 }
 
-/// How earlier versions encoded a decision: `Retry` had no rule.
-#[derive(Serialize)]
-enum DecisionAsFirstLogged {
-    #[allow(dead_code)]
-    Delivered,
-    Retry {
-        at_ms: u64,
-    },
-}
-
 #[test]
-fn a_retry_logged_without_its_rule_decodes_as_a_legacy_retry() {
-    let bytes = bincode_of(&DecisionAsFirstLogged::Retry { at_ms: 9_000 });
-    assert_eq!(from_bincode::<Decision>(&bytes), Ok(Decision::LegacyRetry { at_ms: 9_000 }));
+fn a_decision_round_trips_and_names_when_it_retries() {
     let decision = Decision::Retry { at_ms: 9_000, rule: RetryRule::Throttled };
     assert_eq!(from_bincode::<Decision>(&bincode_of(&decision)), Ok(decision.clone()));
     assert_eq!(decision.retry_at_ms(), Some(9_000));
-    assert_eq!(Decision::LegacyRetry { at_ms: 8 }.retry_at_ms(), Some(8));
+    assert_eq!(Decision::Deferred { at_ms: 8 }.retry_at_ms(), Some(8));
     assert_eq!(Decision::Gone.retry_at_ms(), None);
 }
 
@@ -520,7 +453,6 @@ proptest! {
                 };
                 prop_assert!(expected_rules.contains(&rule), "{rule:?}");
             }
-            Decision::LegacyRetry { .. } => prop_assert!(false, "decide wrote a legacy retry"),
             Decision::Deferred { .. } => prop_assert!(false, "decide deferred a delivery that was sent"),
             Decision::IgnoredStale { .. } => prop_assert!(false, "decide ignored a delivery that was sent"),
             Decision::Dead { .. } => {}

@@ -18,7 +18,7 @@ use crate::retry::Decision;
 fn verdict(outcome: &Outcome) -> Option<bool> {
     match outcome.decision {
         Decision::Delivered | Decision::Gone => Some(true),
-        Decision::Retry { .. } | Decision::LegacyRetry { .. } | Decision::Dead { .. } => Some(false),
+        Decision::Retry { .. } | Decision::Dead { .. } => Some(false),
         Decision::Deferred { .. } | Decision::IgnoredStale { .. } => None,
     }
 }

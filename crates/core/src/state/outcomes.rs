@@ -88,7 +88,7 @@ impl ClusterState {
             let waited_ms = outcome.attempt.started_at_ms.saturating_sub(created_at_ms);
             self.tallies.tally(node_id).to_first_attempt.observe(waited_ms);
         }
-        if matches!(outcome.decision, Decision::Retry { .. } | Decision::LegacyRetry { .. }) {
+        if matches!(outcome.decision, Decision::Retry { .. }) {
             self.tallies.tally(node_id).retries += 1;
         }
         let delivery_id = outcome.delivery_id;
@@ -99,7 +99,7 @@ impl ClusterState {
         }
         match outcome.decision {
             Decision::Delivered => self.throughput.note(Flow::Delivered, now_ms),
-            Decision::Retry { .. } | Decision::LegacyRetry { .. } => self.throughput.note(Flow::Retried, now_ms),
+            Decision::Retry { .. } => self.throughput.note(Flow::Retried, now_ms),
             _ => {}
         }
         let mut breaker_moved = None;
@@ -222,11 +222,6 @@ fn apply_outcome(delivery: &mut Delivery, outcome: &Outcome, now_ms: u64) -> App
                 next_attempt_at_ms: *at_ms,
                 rule: RetryRule::PayloadUnavailable,
             });
-        }
-        Decision::LegacyRetry { at_ms } => {
-            delivery.state = DeliveryState::Retrying;
-            delivery.next_attempt_at_ms = OptionalMs::at(*at_ms);
-            delivery.push_timeline(TimelineEntry::LegacyRetryScheduled { at_ms: now_ms, next_attempt_at_ms: *at_ms });
         }
         Decision::Dead { reason } => {
             delivery.state = DeliveryState::Dead;

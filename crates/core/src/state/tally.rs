@@ -278,7 +278,7 @@ pub fn entered_state_at_ms(delivery: &Delivery) -> u64 {
     let mut entered = None;
     for entry in delivery.history.iter().rev() {
         match entry {
-            TimelineEntry::RetryScheduled { at_ms, .. } | TimelineEntry::LegacyRetryScheduled { at_ms, .. } => {
+            TimelineEntry::RetryScheduled { at_ms, .. } => {
                 if delivery.state != DeliveryState::Retrying {
                     return entered.unwrap_or(*at_ms);
                 }

@@ -111,7 +111,6 @@ fn entry_bytes(entry: &TimelineEntry) -> u64 {
             TimelineEntry::Dead { reason, .. } => reason.len() as u64,
             TimelineEntry::Received { .. }
             | TimelineEntry::RetryScheduled { .. }
-            | TimelineEntry::LegacyRetryScheduled { .. }
             | TimelineEntry::Delivered { .. }
             | TimelineEntry::Replayed { .. }
             | TimelineEntry::Truncated { .. }

@@ -25,60 +25,27 @@ fn retry_then_success_records_every_attempt_and_leaves_the_active_index() {
 }
 
 #[test]
-fn a_retry_records_the_rule_that_chose_its_wait_and_an_old_log_retry_records_none() {
+fn a_retry_records_the_rule_that_chose_its_wait() {
     let (mut state, _, id) = one_pending(15);
     let o = outcome(&state, &id, Some(429), Decision::Retry { at_ms: 9_000, rule: RetryRule::Throttled });
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 6, outcomes: vec![o] });
-    let o = outcome(&state, &id, Some(503), Decision::LegacyRetry { at_ms: 12_000 });
+    let o = outcome(&state, &id, Some(503), Decision::Retry { at_ms: 12_000, rule: RetryRule::Backoff });
     state.apply(&Command::RecordOutcomes { node_id: NODE, now_ms: 10_000, outcomes: vec![o] });
     let d = state.delivery(&id).expect("stored");
     assert_eq!((d.state, d.next_attempt_at_ms.get()), (DeliveryState::Retrying, Some(12_000)));
-    let retries: Vec<_> = d
-        .timeline()
-        .into_iter()
-        .filter(|e| matches!(e, TimelineEntry::RetryScheduled { .. } | TimelineEntry::LegacyRetryScheduled { .. }))
-        .collect();
+    let retries: Vec<_> =
+        d.timeline().into_iter().filter(|e| matches!(e, TimelineEntry::RetryScheduled { .. })).collect();
     assert_eq!(
         retries,
         [
             TimelineEntry::RetryScheduled { at_ms: 6, next_attempt_at_ms: 9_000, rule: RetryRule::Throttled },
-            TimelineEntry::LegacyRetryScheduled { at_ms: 10_000, next_attempt_at_ms: 12_000 },
+            TimelineEntry::RetryScheduled { at_ms: 10_000, next_attempt_at_ms: 12_000, rule: RetryRule::Backoff },
         ]
     );
-    // Both encode by position and come back as they were.
+    // They encode and come back as they were.
     let back = decoded(&state);
     assert_eq!(back.delivery(&id), state.delivery(&id));
     state.check_invariants().unwrap();
-}
-
-/// How earlier versions encoded a timeline entry: the retry without a rule
-/// was the third variant.
-#[derive(serde::Serialize)]
-enum TimelineAsFirstStored {
-    #[allow(dead_code)]
-    Received {
-        at_ms: u64,
-    },
-    #[allow(dead_code)]
-    Attempt {
-        at_ms: u64,
-    },
-    RetryScheduled {
-        at_ms: u64,
-        next_attempt_at_ms: u64,
-    },
-}
-
-#[test]
-fn a_retry_entry_stored_before_rules_decodes_as_a_legacy_entry() {
-    let config = bincode::config::standard();
-    let bytes = bincode::serde::encode_to_vec(
-        TimelineAsFirstStored::RetryScheduled { at_ms: 4, next_attempt_at_ms: 9 },
-        config,
-    )
-    .expect("encodes");
-    let (entry, _): (TimelineEntry, usize) = bincode::serde::decode_from_slice(&bytes, config).expect("decodes");
-    assert_eq!(entry, TimelineEntry::LegacyRetryScheduled { at_ms: 4, next_attempt_at_ms: 9 });
 }
 
 #[test]
