@@ -68,6 +68,8 @@ pub mod state_store;
 pub mod background;
 mod codec;
 mod dir_file;
+#[cfg(test)]
+mod golden;
 mod group_commit;
 mod snapshot;
 pub mod snapshot_data;

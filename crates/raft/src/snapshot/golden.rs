@@ -1,11 +1,7 @@
-//! The snapshot's layout, pinned: a fixed state encodes to the bytes of
-//! `tests/golden/snapshot.bin`, and those bytes decode to the same state
-//! and encode again byte for byte. Until a first release, a change of
-//! layout writes the file again in the same commit (`HOOKRAFT_BLESS=1
-//! cargo test -p hookraft-raft golden`); from then on a newer node must
-//! still read what the released one wrote.
+//! The snapshot's layout, pinned (`crate::golden`): a fixed state encodes
+//! to the bytes of `tests/golden/snapshot.bin`, and those bytes decode to
+//! the same state and encode again byte for byte.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use hookraft_core::Command;
@@ -96,27 +92,12 @@ fn golden_meta() -> SnapshotMeta {
     }
 }
 
-fn golden_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/snapshot.bin")
-}
-
 #[test]
 fn the_snapshot_layout_is_pinned_by_its_golden_file() {
     let state = golden_state();
     let meta = golden_meta();
     let encoded = encode_payload(&meta.last_log_id, &meta.last_membership, &state).expect("encodes");
-    let path = golden_path();
-    if std::env::var_os("HOOKRAFT_BLESS").is_some() {
-        std::fs::write(&path, &encoded).expect("writes the golden file");
-    }
-    let golden = std::fs::read(&path).expect("the golden file (HOOKRAFT_BLESS=1 writes it)");
-    assert!(
-        encoded == golden,
-        "the snapshot layout changed ({} bytes against the golden file's {}): until a first release, write \
-         the file again in the same commit (HOOKRAFT_BLESS=1 cargo test -p hookraft-raft golden)",
-        encoded.len(),
-        golden.len()
-    );
+    let golden = crate::golden::pinned("snapshot.bin", &encoded);
     let (last_applied, membership, decoded) = decode_payload(&meta, &golden).expect("the golden file decodes");
     assert_eq!(decoded, state);
     decoded.check_invariants().expect("a consistent state");
