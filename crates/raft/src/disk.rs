@@ -19,7 +19,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::dir_file::DirFile;
 use crate::group_commit::GroupCommit;
 use crate::history_store::HISTORY_CACHE_BYTES_DEFAULT;
 use crate::state_store::{RedbStateStore, StateStore};
@@ -54,21 +53,11 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 /// The future of [`KvTree::flush`].
 pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 
-/// The future of [`FileSlot::replace`]: the contents, handed back once durable.
-pub type ReplaceFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, Error>> + Send + 'a>>;
-/// The future of [`NewFile::commit`].
-pub type CommitFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
-
-/// A disk: a set of named trees sharing one durability point, and a few
-/// whole files beside them.
+/// A disk: a set of named trees sharing one durability point, and the
+/// state machine's store beside them.
 pub trait Disk: Send + Sync {
     /// The tree called `name`, created empty if it does not exist yet.
     fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error>;
-
-    /// The file called `name`, for one value too large for a tree: sled
-    /// keeps every value its trees hold in memory (a snapshot stored in a
-    /// tree cost its whole size again in resident memory, docs/benchmarks.md).
-    fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error>;
 
     /// The store of the state machine's snapshot: the history and the
     /// state it goes with ([`crate::state_store`]). Durable per commit,
@@ -107,42 +96,10 @@ pub trait KvTree: Send + Sync {
     /// call, to any tree of this disk, survives a crash.
     fn flush(&self) -> FlushFuture<'_>;
 
-    /// Whether its writes can hold a thread for long (a tree on a disk), as
-    /// [`FileSlot::blocks`]: then long runs of them that nothing waits for
-    /// belong on a thread of their own. A tree in memory answers false.
+    /// Whether its writes can hold a thread for long (a tree on a disk):
+    /// then long runs of them that nothing waits for belong on a thread of
+    /// their own. A tree in memory answers false.
     fn blocks(&self) -> bool;
-}
-
-/// One file of a [`Disk`], always read and written whole.
-pub trait FileSlot: Send + Sync {
-    /// The contents, or `None` if the file was never written.
-    fn read(&self) -> Result<Option<Vec<u8>>, Error>;
-
-    /// Replaces the contents, atomically and durably: once this resolves the
-    /// new contents survive a crash; until then, and if it fails, the file
-    /// holds its old contents. Independent of the trees' [`KvTree::flush`].
-    /// Hands `contents` back, so a caller keeps its buffer without a copy.
-    fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_>;
-
-    /// Starts a replacement written a piece at a time, so contents of
-    /// hundreds of megabytes never sit in memory whole. Readers see the old
-    /// contents until [`NewFile::commit`] resolves; dropped uncommitted,
-    /// the replacement changes nothing.
-    fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error>;
-
-    /// Whether reading or writing it can hold a thread for long (a file on
-    /// a disk): then large reads and writes of it, and the work on their
-    /// bytes, belong on a blocking thread, not on one of the runtime's
-    /// workers. A file in memory answers false and is worked on where it
-    /// is, which keeps a simulation on its one thread.
-    fn blocks(&self) -> bool;
-}
-
-/// A replacement of a [`FileSlot`]'s contents being written.
-pub trait NewFile: std::io::Write + Send {
-    /// Makes what was written the file's contents, atomically and durably,
-    /// with the guarantees of [`FileSlot::replace`].
-    fn commit(self: Box<Self>) -> CommitFuture;
 }
 
 /// One write of a [`Batch`].
@@ -284,10 +241,6 @@ pub(crate) fn open_when_released<T>(
 impl Disk for SledDisk {
     fn open_tree(&self, name: &str) -> Result<Arc<dyn KvTree>, Error> {
         Ok(Arc::new(SledTree { tree: self.db.open_tree(name)?, group_commit: self.group_commit.clone() }))
-    }
-
-    fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
-        Ok(Arc::new(DirFile::new(self.path.clone(), name.to_owned())))
     }
 
     /// One redb file in the database's directory.

@@ -52,7 +52,7 @@ use redb::{Durability, ReadTransaction, ReadableDatabase, ReadableTable, Readabl
 use sha2::{Digest, Sha256};
 
 use crate::Error;
-use crate::dir_file::{parent_dir, rename_durably, sync_dir};
+use crate::durable::{parent_dir, rename_durably, sync_dir};
 
 /// The cache redb keeps of the file's pages unless the node is told
 /// otherwise (`hookraft serve --history-cache`).

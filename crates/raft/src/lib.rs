@@ -67,7 +67,7 @@ pub mod state_store;
 
 pub mod background;
 mod codec;
-mod dir_file;
+mod durable;
 #[cfg(test)]
 mod golden;
 mod group_commit;
@@ -80,7 +80,7 @@ use std::sync::Arc;
 
 pub use hookraft_core::{ClusterState, Command, Response};
 
-pub use disk::{Batch, BatchOp, Disk, FileSlot, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
+pub use disk::{Batch, BatchOp, Disk, KvTree, SLED_CACHE_CAPACITY_BYTES, SledDisk};
 pub use error::Error;
 pub use history_store::{HISTORY_CACHE_BYTES_DEFAULT, HistoryView, RedbHistory};
 pub use http_network::{

@@ -9,9 +9,9 @@
 //! call on them fails with [`Error::DiskCrashed`], so a not-quite-stopped
 //! node cannot write into its successor's disk.
 //!
-//! Files ([`Disk::open_file`]) are durable when their replace completes, as
-//! the production disk syncs them itself; a crash never undoes one. So is
-//! each commit of the state store ([`Disk::open_state_store`]).
+//! Each commit of the state store ([`Disk::open_state_store`]) is durable
+//! when it completes, as the production store syncs it itself; a crash
+//! never undoes one.
 //!
 //! A disk can be made slow ([`MemDisk::set_flush_delay`]): each flush then
 //! waits that long on tokio's clock (virtual in the simulator) before its
@@ -27,9 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::Error;
-use crate::disk::{
-    Batch, BatchOp, CommitFuture, Disk, FileSlot, FlushFuture, KeyValue, KvTree, NewFile, ReplaceFuture, is_empty_range,
-};
+use crate::disk::{Batch, BatchOp, Disk, FlushFuture, KeyValue, KvTree, is_empty_range};
 use crate::state_store::{MemCommit, MemStateStore, StateStore};
 
 /// One tree's contents.
@@ -68,8 +66,6 @@ struct MemState {
     /// (`None`: removed). Bounded by the number of keys written, since a
     /// rewrite replaces the earlier entry.
     unflushed: BTreeMap<String, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
-    /// Whole files; each replace is durable when it completes.
-    files: BTreeMap<String, Vec<u8>>,
     /// Crashes so far; a tree handle opened in an earlier epoch is dead.
     crashes: u64,
     /// The state store's last commit; each commit is durable at once.
@@ -194,10 +190,6 @@ impl Disk for MemDisk {
         Ok(Arc::new(MemTree(self.handle("tree", name))))
     }
 
-    fn open_file(&self, name: &str) -> Result<Arc<dyn FileSlot>, Error> {
-        Ok(Arc::new(MemFile(self.handle("file", name))))
-    }
-
     fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
         let handle = self.handle("store", "state");
         let commit = self.lock().state_store.clone();
@@ -207,63 +199,6 @@ impl Disk for MemDisk {
 
     fn describe(&self) -> String {
         "in-memory disk".to_owned()
-    }
-}
-
-/// A file of a [`MemDisk`].
-struct MemFile(Handle);
-
-impl FileSlot for MemFile {
-    fn blocks(&self) -> bool {
-        false
-    }
-
-    fn read(&self) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.0.state()?.files.get(&self.0.name).cloned())
-    }
-
-    fn replace(&self, contents: Vec<u8>) -> ReplaceFuture<'_> {
-        Box::pin(async move {
-            // A crash during the delay leaves the old contents.
-            self.0.wait_flush_delay().await;
-            self.0.state()?.files.insert(self.0.name.clone(), contents.clone());
-            Ok(contents)
-        })
-    }
-
-    fn begin_replace(&self) -> Result<Box<dyn NewFile>, Error> {
-        // A handle from before a crash fails here, as every other write does.
-        drop(self.0.state()?);
-        Ok(Box::new(NewMemFile { handle: self.0.clone(), contents: Vec::new() }))
-    }
-}
-
-/// A streamed replacement of a [`MemFile`]: the contents so far.
-struct NewMemFile {
-    handle: Handle,
-    contents: Vec<u8>,
-}
-
-impl std::io::Write for NewMemFile {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.contents.extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl NewFile for NewMemFile {
-    fn commit(self: Box<Self>) -> CommitFuture {
-        Box::pin(async move {
-            // As `replace`: a crash during the delay leaves the old contents.
-            self.handle.wait_flush_delay().await;
-            let NewMemFile { handle, contents } = *self;
-            handle.state()?.files.insert(handle.name.clone(), contents);
-            Ok(())
-        })
     }
 }
 
@@ -401,58 +336,6 @@ mod tests {
         let tree = disk.open_tree("t").expect("reopen");
         assert_eq!(tree.get(b"b").expect("get"), None);
         assert_eq!(tree.get(b"a").expect("get"), Some(vec![1]));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_file_replace_is_durable_when_it_completes_and_not_before() {
-        let disk = MemDisk::new();
-        disk.open_file("f").expect("open").replace(b"old".to_vec()).await.expect("writes");
-        disk.set_flush_delay(Duration::from_millis(100));
-        let replacing = tokio::spawn({
-            let disk = disk.clone();
-            async move { disk.open_file("f").expect("open").replace(b"new".to_vec()).await.map(|_| ()) }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        disk.crash();
-        assert!(matches!(replacing.await.expect("join"), Err(Error::DiskCrashed { .. })));
-        let file = disk.open_file("f").expect("reopen");
-        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "the interrupted replace left nothing");
-        disk.set_flush_delay(Duration::ZERO);
-        file.replace(b"new".to_vec()).await.expect("writes");
-        disk.crash();
-        assert_eq!(disk.open_file("f").expect("reopen").read().expect("reads").as_deref(), Some(&b"new"[..]));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_streamed_replacement_is_durable_when_committed_and_not_before() {
-        use std::io::Write;
-        let disk = MemDisk::new();
-        let file = disk.open_file("f").expect("open");
-        file.replace(b"old".to_vec()).await.expect("writes");
-        let mut new = file.begin_replace().expect("begins");
-        new.write_all(b"ne").expect("writes");
-        new.write_all(b"w").expect("writes");
-        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "readers see the old until commit");
-        drop(new);
-        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "an uncommitted one changes nothing");
-
-        disk.set_flush_delay(Duration::from_millis(100));
-        let mut new = file.begin_replace().expect("begins");
-        new.write_all(b"new").expect("writes");
-        let committing = tokio::spawn(new.commit());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        disk.crash();
-        assert!(matches!(committing.await.expect("join"), Err(Error::DiskCrashed { .. })));
-        assert!(file.begin_replace().is_err(), "a handle from before the crash writes nothing");
-        let file = disk.open_file("f").expect("reopen");
-        assert_eq!(file.read().expect("reads").as_deref(), Some(&b"old"[..]), "the interrupted commit left nothing");
-
-        disk.set_flush_delay(Duration::ZERO);
-        let mut new = file.begin_replace().expect("begins");
-        new.write_all(b"new").expect("writes");
-        new.commit().await.expect("commits");
-        disk.crash();
-        assert_eq!(disk.open_file("f").expect("reopen").read().expect("reads").as_deref(), Some(&b"new"[..]));
     }
 
     #[test]

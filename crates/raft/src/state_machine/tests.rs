@@ -30,10 +30,6 @@ impl Disk for SlowSnapshotDisk {
         self.memory.open_tree(name)
     }
 
-    fn open_file(&self, name: &str) -> Result<Arc<dyn crate::FileSlot>, Error> {
-        self.memory.open_file(name)
-    }
-
     fn open_state_store(&self) -> Result<Arc<dyn StateStore>, Error> {
         Ok(Arc::new(SlowStore {
             inner: self.memory.open_state_store()?,
