@@ -27,6 +27,15 @@ pub fn write_keyring(path: &Path, active: &str, keys: &[(&str, u8)]) {
     std::fs::write(path, keyring_text(active, keys)).expect("writes the keyring");
 }
 
+/// A keyring file written in a directory of its own (kept while the
+/// returned directory lives), as [`write_keyring`] writes it.
+pub fn keyring_in(active: &str, keys: &[(&str, u8)]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("keyring");
+    write_keyring(&path, active, keys);
+    (dir, path)
+}
+
 /// Every file under `dir` whose bytes contain `needle`.
 pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     let mut found = Vec::new();

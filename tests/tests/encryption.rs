@@ -12,7 +12,9 @@ use hookraft_core::entropy::EntropyRng;
 use hookraft_core::ids::{DeliveryId, EndpointId, EventId};
 use hookraft_core::payload::{Keyring, KeyringFile, Payload};
 use hookraft_raft::rpc;
-use hookraft_tests::at_rest::{Pattern, file_named, files_containing, hex, hmac_sha256, keyring_text, write_keyring};
+use hookraft_tests::at_rest::{
+    Pattern, file_named, files_containing, hex, hmac_sha256, keyring_in, keyring_text, write_keyring,
+};
 use hookraft_tests::link::signed_post;
 use hookraft_tests::{
     ClusterOptions, DEADLINE, NodeOptions, POLL_INTERVAL, Reply, ScriptedReceiver, StatusCode, TestCluster, TestNode,
@@ -29,6 +31,16 @@ fn with_keyring(path: &Path) -> NodeOptions {
 
 fn payload(n: usize) -> Value {
     json!({"card": MARKER, "n": n})
+}
+
+/// A node with a one-key keyring (`k1`) that snapshots every 20 entries,
+/// and a receiver whose `hook` answers 200.
+async fn sealed_node() -> (tempfile::TempDir, PathBuf, ScriptedReceiver, TestNode) {
+    let (keys, keyring) = keyring_in("k1", &[("k1", 1)]);
+    let receiver = ScriptedReceiver::start().await;
+    receiver.set_default("hook", Reply::ok());
+    let node = TestNode::start_with(with_keyring(&keyring).arg("--snapshot-every").arg("20")).await;
+    (keys, keyring, receiver, node)
 }
 
 async fn metrics(node: &TestNode) -> String {
@@ -53,13 +65,7 @@ async fn post_and_deliver(node: &TestNode, endpoint_id: &str, count: usize) -> V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_is_nowhere_on_disk_after_a_snapshot_and_a_restart_yet_is_delivered_in_clear() {
-    let keys = tempfile::tempdir().unwrap();
-    let keyring = keys.path().join("keyring");
-    write_keyring(&keyring, "k1", &[("k1", 1)]);
-    let receiver = ScriptedReceiver::start().await;
-    receiver.set_default("hook", Reply::ok());
-    let options = with_keyring(&keyring).arg("--snapshot-every").arg("20");
-    let mut node = TestNode::start_with(options).await;
+    let (_keys, _keyring, receiver, mut node) = sealed_node().await;
     let (endpoint_id, secret) = register_endpoint(&node, &json!({"url": receiver.url("hook")})).await;
 
     let events = post_and_deliver(&node, &endpoint_id, 60).await;
@@ -143,12 +149,7 @@ fn secrets_on_disk(node: &TestNode) -> Vec<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_and_provider_secrets_are_sealed_on_disk_and_a_node_missing_their_key_holds_back() {
-    let keys = tempfile::tempdir().unwrap();
-    let keyring = keys.path().join("keyring");
-    write_keyring(&keyring, "k1", &[("k1", 1)]);
-    let receiver = ScriptedReceiver::start().await;
-    receiver.set_default("hook", Reply::ok());
-    let mut node = TestNode::start_with(with_keyring(&keyring).arg("--snapshot-every").arg("20")).await;
+    let (_keys, keyring, receiver, mut node) = sealed_node().await;
     let body = json!({"url": receiver.url("hook"), "secret": whsec(ENDPOINT_KEY)});
     let (endpoint_id, shown) = register_endpoint(&node, &body).await;
     assert_eq!(shown, whsec(ENDPOINT_KEY), "the secret given is the secret shown");
@@ -217,9 +218,7 @@ async fn signing_and_provider_secrets_are_sealed_on_disk_and_a_node_missing_thei
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_rewrap_request_is_a_clear_4xx_and_changes_nothing() {
-    let keys = tempfile::tempdir().unwrap();
-    let keyring = keys.path().join("keyring");
-    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    let (_keys, keyring) = keyring_in("k1", &[("k1", 1)]);
     let node = TestNode::start_with(with_keyring(&keyring)).await;
     for (body, why) in [
         (json!({"after": "not-an-id"}), "after"),
@@ -284,9 +283,7 @@ fn new_event(endpoint: EndpointId, seed: u8, payload: impl FnOnce(&EventId) -> P
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tampered_or_misplaced_payload_fails_authentication_is_reported_and_never_sent() {
-    let keys = tempfile::tempdir().unwrap();
-    let keyring_path = keys.path().join("keyring");
-    write_keyring(&keyring_path, "k1", &[("k1", 1)]);
+    let (_keys, keyring_path) = keyring_in("k1", &[("k1", 1)]);
     let ring = Keyring::parse(&keyring_text("k1", &[("k1", 1)])).unwrap();
     let receiver = ScriptedReceiver::start().await;
     receiver.set_default("hook", Reply::ok());
@@ -349,9 +346,7 @@ async fn a_tampered_or_misplaced_payload_fails_authentication_is_reported_and_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_missing_a_key_records_it_retries_without_spending_attempts_and_delivers_once_it_is_back() {
-    let keys = tempfile::tempdir().unwrap();
-    let keyring = keys.path().join("keyring");
-    write_keyring(&keyring, "k2", &[("k1", 1), ("k2", 2)]);
+    let (_keys, keyring) = keyring_in("k2", &[("k1", 1), ("k2", 2)]);
     let receiver = ScriptedReceiver::start().await;
     receiver.set_default("hook", Reply::ok());
     let mut node = TestNode::start_with(with_keyring(&keyring)).await;
@@ -405,9 +400,7 @@ async fn a_node_missing_a_key_records_it_retries_without_spending_attempts_and_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_and_rewrap_across_three_nodes_keep_every_payload_deliverable_and_readable() {
-    let keys = tempfile::tempdir().unwrap();
-    let keyring = keys.path().join("keyring");
-    write_keyring(&keyring, "k1", &[("k1", 1)]);
+    let (_keys, keyring) = keyring_in("k1", &[("k1", 1)]);
     let receiver = ScriptedReceiver::start().await;
     receiver.set_default("fast", Reply::ok());
     receiver.set_default("late", Reply::status(503));

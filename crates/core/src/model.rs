@@ -116,11 +116,6 @@ impl SigningSecrets {
             .chain(self.retired.iter().filter(|(_, expires_at_ms)| *expires_at_ms > now_ms).map(|(secret, _)| secret))
             .collect()
     }
-
-    /// The current secret.
-    pub fn current(&self) -> &Secret {
-        &self.current
-    }
 }
 
 /// A secret that stopped being current at a rotation.
@@ -161,17 +156,20 @@ impl Endpoint {
     /// Its signing secrets, opened with `keyring`: the current one and the
     /// retired ones not yet expired at `now_ms`.
     pub fn open_secrets(&self, keyring: Option<&Keyring>, now_ms: u64) -> Result<SigningSecrets, OpenError> {
-        let id = self.id.as_str();
-        let open = |stored: &StoredSecret| {
-            let key = stored.open(keyring, SecretOwner::Endpoint(&id))?;
-            Secret::from_key(key.as_bytes().to_vec())
-                .map_err(|_| OpenError::Tampered(stored.key_id().unwrap_or("clear").to_string()))
-        };
         let mut retired = Vec::with_capacity(self.previous_secrets.len());
         for old in self.previous_secrets.iter().filter(|old| old.expires_at_ms > now_ms) {
-            retired.push((open(&old.secret)?, old.expires_at_ms));
+            retired.push((self.open_secret(&old.secret, keyring)?, old.expires_at_ms));
         }
-        Ok(SigningSecrets { current: open(&self.secret)?, retired })
+        Ok(SigningSecrets { current: self.current_secret(keyring)?, retired })
+    }
+
+    /// Its current signing secret, opened with `keyring`.
+    pub fn current_secret(&self, keyring: Option<&Keyring>) -> Result<Secret, OpenError> {
+        self.open_secret(&self.secret, keyring)
+    }
+
+    fn open_secret(&self, stored: &StoredSecret, keyring: Option<&Keyring>) -> Result<Secret, OpenError> {
+        stored.open_as(keyring, SecretOwner::Endpoint(&self.id.as_str()), |key| Secret::from_key(key.to_vec()))
     }
 
     /// Whether an event of `event_type` fans out to this endpoint.

@@ -116,30 +116,63 @@ async fn one_member() -> (Raft, hookraft_raft::StateHandle) {
     (raft, state)
 }
 
+/// A lease loop at work over `raft`, behind [`SlowPrunes`], telling a
+/// [`Supervisor`] that counts its rebalances.
+struct Running {
+    lease: Arc<Lease>,
+    proposer: Arc<SlowPrunes>,
+    rebalances: Arc<AtomicU64>,
+    supervisor: ActorRef<SupervisorMsg>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn start(
+        raft: &Raft,
+        state: &hookraft_raft::StateHandle,
+        clock: &Arc<PausedClock>,
+        retention_ms: Option<u64>,
+    ) -> Self {
+        let lease = Arc::new(Lease::default());
+        let proposer =
+            Arc::new(SlowPrunes { raft: raft.clone(), lease: lease.clone(), prunes: Mutex::new(Vec::new()) });
+        let rebalances = Arc::new(AtomicU64::new(0));
+        let (supervisor, _) = Actor::spawn(None, Supervisor, rebalances.clone()).await.expect("supervisor");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(
+            LeaseLoop {
+                node_id: NODE,
+                lease_ms: LEASE_MS,
+                retention_ms,
+                lease: lease.clone(),
+                clock: clock.clone(),
+                proposer: proposer.clone(),
+                raft: raft.clone(),
+                state: state.clone(),
+                supervisor: supervisor.clone(),
+                stop: stopped,
+            }
+            .run(),
+        );
+        Self { lease, proposer, rebalances, supervisor, stop, task }
+    }
+
+    /// Stops the loop (it must end), the supervisor and `raft`.
+    async fn stop(self, raft: Raft) {
+        self.stop.send(true).expect("stop");
+        self.task.await.expect("the lease loop ends when the node stops");
+        self.supervisor.stop(None);
+        raft.shutdown().await.expect("raft shutdown");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lease_that_lapsed_while_the_process_was_paused_is_counted_though_it_is_renewed_at_once() {
     let clock = Arc::new(PausedClock { origin: Instant::now() });
     let (raft, state) = one_member().await;
-    let lease = Arc::new(Lease::default());
-    let proposer = Arc::new(SlowPrunes { raft: raft.clone(), lease: lease.clone(), prunes: Mutex::new(Vec::new()) });
-    let rebalances = Arc::new(AtomicU64::new(0));
-    let (supervisor, _) = Actor::spawn(None, Supervisor, rebalances.clone()).await.expect("supervisor");
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(
-        LeaseLoop {
-            node_id: NODE,
-            lease_ms: LEASE_MS,
-            retention_ms: None,
-            lease: lease.clone(),
-            clock: clock.clone(),
-            proposer,
-            raft: raft.clone(),
-            state,
-            supervisor: supervisor.clone(),
-            stop,
-        }
-        .run(),
-    );
+    let running = Running::start(&raft, &state, &clock, None).await;
+    let (lease, rebalances) = (running.lease.clone(), running.rebalances.clone());
     tokio::time::sleep(Duration::from_millis(2 * LEASE_MS)).await;
     assert!(lease.is_valid(clock.monotonic_ms()), "held before the pause");
     assert_eq!(rebalances.load(Ordering::SeqCst), 1, "one rebalance, when the lease became valid");
@@ -152,10 +185,7 @@ async fn a_lease_that_lapsed_while_the_process_was_paused_is_counted_though_it_i
     assert_eq!(lease.expiries_total.load(Ordering::SeqCst), 1, "the lapse is counted");
     assert_eq!(rebalances.load(Ordering::SeqCst), 3, "the supervisor heard of the lapse and of the renewal");
 
-    stop_tx.send(true).expect("stop");
-    running.await.expect("the lease loop ends when the node stops");
-    supervisor.stop(None);
-    raft.shutdown().await.expect("raft shutdown");
+    running.stop(raft).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,26 +214,8 @@ async fn the_lease_is_renewed_while_a_prune_waits_longer_than_the_lease() {
     drop(held);
     tokio::time::sleep(Duration::from_millis(10)).await;
 
-    let lease = Arc::new(Lease::default());
-    let proposer = Arc::new(SlowPrunes { raft: raft.clone(), lease: lease.clone(), prunes: Mutex::new(Vec::new()) });
-    let rebalances = Arc::new(AtomicU64::new(0));
-    let (supervisor, _) = Actor::spawn(None, Supervisor, rebalances.clone()).await.expect("supervisor");
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(
-        LeaseLoop {
-            node_id: NODE,
-            lease_ms: LEASE_MS,
-            retention_ms: Some(1),
-            lease: lease.clone(),
-            clock: clock.clone(),
-            proposer: proposer.clone(),
-            raft: raft.clone(),
-            state: state.clone(),
-            supervisor: supervisor.clone(),
-            stop,
-        }
-        .run(),
-    );
+    let running = Running::start(&raft, &state, &clock, Some(1)).await;
+    let (lease, rebalances, proposer) = (running.lease.clone(), running.rebalances.clone(), running.proposer.clone());
 
     // Look at the lease every 50 ms for four leases past the prune's end.
     let mut held = false;
@@ -233,8 +245,5 @@ async fn the_lease_is_renewed_while_a_prune_waits_longer_than_the_lease() {
     assert_eq!(lease.expiries_total.load(Ordering::SeqCst), 0);
     assert_eq!(rebalances.load(Ordering::SeqCst), 1, "one rebalance, when the lease became valid");
 
-    stop_tx.send(true).expect("stop");
-    running.await.expect("the lease loop ends when the node stops");
-    supervisor.stop(None);
-    raft.shutdown().await.expect("raft shutdown");
+    running.stop(raft).await;
 }

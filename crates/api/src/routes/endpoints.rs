@@ -197,13 +197,9 @@ fn endpoint_view(ctx: &ApiContext, id: &EndpointId, shown: bool) -> ApiResult<vi
 /// (`shown`) and this node can open it (else a key its keyring lacks,
 /// which `/readyz` names).
 fn view_for(ctx: &ApiContext, e: &Endpoint, shown: bool) -> view::EndpointView {
-    let secret = shown
-        .then(|| {
-            let keys = &ctx.payloads;
-            let opened = keys.counted(e.open_secrets(keys.keyring(), ctx.clock.wall_ms()), false);
-            opened.ok().map(|secrets| secrets.current().to_whsec())
-        })
-        .flatten();
+    let keys = &ctx.payloads;
+    let secret = shown.then(|| keys.counted(e.current_secret(keys.keyring()), false).ok()).flatten();
+    let secret = secret.map(|secret| secret.to_whsec());
     views::endpoint(e, secret)
 }
 

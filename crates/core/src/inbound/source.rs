@@ -58,11 +58,7 @@ impl Source {
         let id = self.id.as_str();
         std::iter::once(&self.secret)
             .chain(self.previous_secrets.iter().filter(|old| old.expires_at_ms > now_ms).map(|old| &old.secret))
-            .map(|stored| {
-                let key = stored.open(keyring, SecretOwner::Source(&id))?;
-                ProviderSecret::from_key(key.as_bytes())
-                    .map_err(|_| OpenError::Tampered(stored.key_id().unwrap_or("clear").to_string()))
-            })
+            .map(|stored| stored.open_as(keyring, SecretOwner::Source(&id), ProviderSecret::from_key))
             .collect()
     }
 

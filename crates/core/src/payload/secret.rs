@@ -133,6 +133,18 @@ impl StoredSecret {
             .map_err(|_| tampered())?;
         Ok(plain)
     }
+
+    /// `owner`'s secret opened and made into what its key bytes are, by
+    /// `make`: bytes that `make` refuses count as tampered with.
+    pub fn open_as<T, E>(
+        &self,
+        keyring: Option<&Keyring>,
+        owner: SecretOwner<'_>,
+        make: impl FnOnce(&[u8]) -> Result<T, E>,
+    ) -> Result<T, OpenError> {
+        let key = self.open(keyring, owner)?;
+        make(key.as_bytes()).map_err(|_| OpenError::Tampered(self.key_id().unwrap_or("clear").to_string()))
+    }
 }
 
 /// A signing secret kept in clear (a node without a keyring, and tests).
